@@ -1,0 +1,70 @@
+//! The `onionmix` binary: one entry point for every node type, the testbed
+//! and the measurement tools. Each subcommand lives in its own module and
+//! hands off to a library crate as soon as its arguments are parsed.
+
+use clap::{Parser, Subcommand};
+
+mod cmd_client;
+mod cmd_demo;
+mod cmd_mix;
+mod cmd_testnet;
+mod logging;
+
+/// onionmix: anonymity networks you can run, measure and build on.
+///
+/// Tor-compatible onion routing (client, relays, authorities), Loopix mix
+/// networks, and a testbed that starts private networks mixing onionmix
+/// nodes with stock `tor` on one machine.
+#[derive(Parser, Debug)]
+#[command(name = "onionmix", version, about, long_about = None)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `onionmix=debug`.
+    /// Overrides the ONIONMIX_LOG environment variable.
+    #[arg(long, global = true)]
+    log: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the main demo: start a private network, carry verified downloads
+    /// through the onionmix client, print the timings, stop the network.
+    Demo(cmd_demo::DemoArgs),
+    /// Start, inspect and stop private test networks (chutney's job).
+    #[command(subcommand)]
+    Testnet(cmd_testnet::TestnetCmd),
+    /// Run the testbed sink: HTTP /bytes/<n> with SHA-256 header, TCP echo.
+    Sink(cmd_testnet::SinkArgs),
+    /// Run the Tor-compatible onion-routing client with a SOCKS5 front end.
+    Client(cmd_client::ClientArgs),
+    /// Loopix mix node (Sphinx, Poisson mixing, cover loops).
+    Mix(cmd_mix::MixArgs),
+    /// Loopix provider: inboxes for clients, SUBSCRIBE/PULL, offline storage.
+    Provider(cmd_mix::ProviderArgs),
+    /// Loopix client: send and receive messages with cover traffic.
+    #[command(name = "mix-client", subcommand)]
+    MixClient(cmd_mix::MixClientCmd),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log.as_deref());
+    let result = match cli.command {
+        Command::Demo(a) => cmd_demo::run(a),
+        Command::Testnet(c) => cmd_testnet::run(c),
+        Command::Sink(a) => cmd_testnet::run_sink(a),
+        Command::Client(a) => cmd_client::run(a),
+        Command::Mix(a) => cmd_mix::run_mix(a),
+        Command::Provider(a) => cmd_mix::run_provider(a),
+        Command::MixClient(c) => cmd_mix::run_client(c),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
