@@ -1,1 +1,33 @@
-//! onionmix-link
+//! Link layer: the transports that carry Tor channels and the I/O tasks
+//! that move cells between a transport and a channel reactor.
+//!
+//! A transport yields a bidirectional byte stream plus the facts the
+//! in-protocol handshake needs (the peer's TLS certificate, an RFC 5705
+//! exporter). Everything above this crate sees [`ChannelIo`], a pair of
+//! bounded queues of cells, and never knows which transport carries it.
+
+pub mod io;
+pub mod tls;
+
+pub use io::{ChannelIo, ChannelWriter, spawn_channel_io};
+pub use tls::{TlsInfo, TlsTransport};
+
+/// Errors from link transports.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// TCP or TLS I/O failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// TLS failed.
+    #[error("TLS error: {0}")]
+    Tls(#[from] rustls::Error),
+    /// The peer did not answer in time.
+    #[error("timed out during {0}")]
+    Timeout(&'static str),
+    /// The peer sent something that is not a valid Tor handshake.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A cell could not be decoded.
+    #[error("cell error: {0}")]
+    Cell(#[from] onionmix_cell::CellError),
+}

@@ -1,1 +1,7 @@
-//! onionmix-node
+//! Async drivers for onionmix nodes. They move bytes between sockets and the
+//! sans-IO machines in `onionmix-proto`, own timers and persistence, and
+//! nothing else.
+
+pub mod client;
+pub mod glue;
+pub mod reactor;

@@ -1,1 +1,14 @@
-//! onionmix-proto
+//! Sans-IO Tor protocol state machines.
+//!
+//! Nothing here touches sockets, tasks or the wall clock: callers feed
+//! cells and a `now` value in, and get cells and events out. The async
+//! drivers in `onionmix-node` move bytes; this crate decides what they mean.
+
+pub mod channel;
+pub mod client_circ;
+pub mod flow;
+pub mod layer;
+pub mod relay_circ;
+
+pub use client_circ::{CircError, CircEvent, ClientCircuit};
+pub use layer::{ClientLayer, RelayLayer};

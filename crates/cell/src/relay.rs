@@ -1,0 +1,902 @@
+//! Relay cells (tor-spec §6.1, the tor1 "format v0" layout) and the relay
+//! messages a client, relay or exit needs.
+//!
+//! A relay cell body is 509 bytes: Command(1) Recognized(2) StreamID(2)
+//! Digest(4) Length(2) Data(Length) Padding. DATA is handled on the hot
+//! path through [`header`] and [`data`] without building a message.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+
+use crate::chan::{Create2, Created2};
+use crate::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN, Reader};
+
+/// Offset of the Data field in a relay cell body.
+pub const DATA_OFFSET: usize = 11;
+
+/// A relay command.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RelayCmd(pub u8);
+
+impl RelayCmd {
+    /// BEGIN.
+    pub const BEGIN: RelayCmd = RelayCmd(1);
+    /// DATA.
+    pub const DATA: RelayCmd = RelayCmd(2);
+    /// END.
+    pub const END: RelayCmd = RelayCmd(3);
+    /// CONNECTED.
+    pub const CONNECTED: RelayCmd = RelayCmd(4);
+    /// SENDME.
+    pub const SENDME: RelayCmd = RelayCmd(5);
+    /// EXTEND (TAP, legacy).
+    pub const EXTEND: RelayCmd = RelayCmd(6);
+    /// EXTENDED (legacy).
+    pub const EXTENDED: RelayCmd = RelayCmd(7);
+    /// TRUNCATE.
+    pub const TRUNCATE: RelayCmd = RelayCmd(8);
+    /// TRUNCATED.
+    pub const TRUNCATED: RelayCmd = RelayCmd(9);
+    /// DROP (long-range padding).
+    pub const DROP: RelayCmd = RelayCmd(10);
+    /// RESOLVE.
+    pub const RESOLVE: RelayCmd = RelayCmd(11);
+    /// RESOLVED.
+    pub const RESOLVED: RelayCmd = RelayCmd(12);
+    /// BEGIN_DIR.
+    pub const BEGIN_DIR: RelayCmd = RelayCmd(13);
+    /// EXTEND2.
+    pub const EXTEND2: RelayCmd = RelayCmd(14);
+    /// EXTENDED2.
+    pub const EXTENDED2: RelayCmd = RelayCmd(15);
+    /// XON (prop 324).
+    pub const XON: RelayCmd = RelayCmd(43);
+    /// XOFF (prop 324).
+    pub const XOFF: RelayCmd = RelayCmd(44);
+
+    /// Name for logs.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            1 => "BEGIN",
+            2 => "DATA",
+            3 => "END",
+            4 => "CONNECTED",
+            5 => "SENDME",
+            6 => "EXTEND",
+            7 => "EXTENDED",
+            8 => "TRUNCATE",
+            9 => "TRUNCATED",
+            10 => "DROP",
+            11 => "RESOLVE",
+            12 => "RESOLVED",
+            13 => "BEGIN_DIR",
+            14 => "EXTEND2",
+            15 => "EXTENDED2",
+            43 => "XON",
+            44 => "XOFF",
+            _ => "UNKNOWN",
+        }
+    }
+    /// Whether this command counts against circuit/stream flow-control windows.
+    pub fn counts_for_flow_control(self) -> bool {
+        self == RelayCmd::DATA
+    }
+}
+
+impl std::fmt::Debug for RelayCmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})", self.name(), self.0)
+    }
+}
+
+/// The unencrypted relay header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayHeader {
+    /// Relay command.
+    pub cmd: RelayCmd,
+    /// Recognized field (0 when the cell is for us).
+    pub recognized: u16,
+    /// Stream ID (0 for circuit-level messages).
+    pub stream_id: u16,
+    /// First 4 bytes of the running digest.
+    pub digest: [u8; 4],
+    /// Length of the data field.
+    pub length: u16,
+}
+
+/// Read the relay header of a decrypted cell body.
+pub fn header(body: &CellBody) -> RelayHeader {
+    RelayHeader {
+        cmd: RelayCmd(body[0]),
+        recognized: u16::from_be_bytes([body[1], body[2]]),
+        stream_id: u16::from_be_bytes([body[3], body[4]]),
+        digest: [body[5], body[6], body[7], body[8]],
+        length: u16::from_be_bytes([body[9], body[10]]),
+    }
+}
+
+/// The data field of a decrypted cell body, with its length checked.
+pub fn data(body: &CellBody) -> Result<&[u8], CellError> {
+    let len = u16::from_be_bytes([body[9], body[10]]) as usize;
+    if len > RELAY_DATA_LEN {
+        return Err(CellError::invalid(
+            "relay length",
+            format!("{len} > {RELAY_DATA_LEN}"),
+        ));
+    }
+    Ok(&body[DATA_OFFSET..DATA_OFFSET + len])
+}
+
+/// Write an unencrypted relay cell: header with Recognized=0 and Digest=0,
+/// then `data`, then padding (four zero bytes and then whatever `pad`
+/// writes into the rest; pass a random filler per tor-spec §6.1).
+pub fn write(
+    body: &mut CellBody,
+    cmd: RelayCmd,
+    stream_id: u16,
+    data: &[u8],
+    pad: impl FnOnce(&mut [u8]),
+) -> Result<(), CellError> {
+    if data.len() > RELAY_DATA_LEN {
+        return Err(CellError::DoesNotFit(cmd.name()));
+    }
+    body[0] = cmd.0;
+    body[1..3].copy_from_slice(&[0, 0]);
+    body[3..5].copy_from_slice(&stream_id.to_be_bytes());
+    body[5..9].copy_from_slice(&[0; 4]);
+    body[9..11].copy_from_slice(&(data.len() as u16).to_be_bytes());
+    let end = DATA_OFFSET + data.len();
+    body[DATA_OFFSET..end].copy_from_slice(data);
+    let zero_end = (end + 4).min(PAYLOAD_LEN);
+    body[end..zero_end].fill(0);
+    pad(&mut body[zero_end..]);
+    Ok(())
+}
+
+/// END reasons (tor-spec §6.3).
+pub mod end_reason {
+    /// Catch-all.
+    pub const MISC: u8 = 1;
+    /// Couldn't look up hostname.
+    pub const RESOLVEFAILED: u8 = 2;
+    /// Remote host refused connection.
+    pub const CONNECTREFUSED: u8 = 3;
+    /// Exit policy refuses.
+    pub const EXITPOLICY: u8 = 4;
+    /// Circuit is being destroyed.
+    pub const DESTROY: u8 = 5;
+    /// Connection closed normally.
+    pub const DONE: u8 = 6;
+    /// Connection timed out.
+    pub const TIMEOUT: u8 = 7;
+    /// Routing error.
+    pub const NOROUTE: u8 = 8;
+    /// Hibernating.
+    pub const HIBERNATING: u8 = 9;
+    /// Internal error.
+    pub const INTERNAL: u8 = 10;
+    /// Out of resources.
+    pub const RESOURCELIMIT: u8 = 11;
+    /// Connection reset.
+    pub const CONNRESET: u8 = 12;
+    /// Protocol violation.
+    pub const TORPROTOCOL: u8 = 13;
+    /// BEGIN_DIR to a non-directory.
+    pub const NOTDIRECTORY: u8 = 14;
+
+    /// Name for logs.
+    pub fn name(r: u8) -> &'static str {
+        match r {
+            1 => "MISC",
+            2 => "RESOLVEFAILED",
+            3 => "CONNECTREFUSED",
+            4 => "EXITPOLICY",
+            5 => "DESTROY",
+            6 => "DONE",
+            7 => "TIMEOUT",
+            8 => "NOROUTE",
+            9 => "HIBERNATING",
+            10 => "INTERNAL",
+            11 => "RESOURCELIMIT",
+            12 => "CONNRESET",
+            13 => "TORPROTOCOL",
+            14 => "NOTDIRECTORY",
+            _ => "UNKNOWN",
+        }
+    }
+}
+
+/// Where a BEGIN asks the exit to connect.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TargetHost {
+    /// A DNS name (resolved by the exit).
+    Hostname(String),
+    /// A literal address.
+    Ip(IpAddr),
+}
+
+impl std::fmt::Display for TargetHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TargetHost::Hostname(h) => f.write_str(h),
+            TargetHost::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
+            TargetHost::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
+        }
+    }
+}
+
+/// Longest hostname accepted in BEGIN/RESOLVE (DNS limit).
+pub const MAX_HOSTNAME_LEN: usize = 255;
+
+/// Check a hostname the way an exit would before resolving it.
+pub fn validate_hostname(h: &str) -> Result<(), CellError> {
+    if h.is_empty() || h.len() > MAX_HOSTNAME_LEN {
+        return Err(CellError::invalid("hostname", "empty or longer than 255"));
+    }
+    if !h
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    {
+        return Err(CellError::invalid("hostname", "illegal character"));
+    }
+    Ok(())
+}
+
+/// BEGIN flags (tor-spec §6.2).
+pub mod begin_flags {
+    /// IPv6 okay.
+    pub const IPV6_OK: u32 = 1;
+    /// IPv4 not okay.
+    pub const IPV4_NOT_OK: u32 = 2;
+    /// IPv6 preferred.
+    pub const IPV6_PREFERRED: u32 = 4;
+}
+
+/// A BEGIN message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Begin {
+    /// Target host.
+    pub host: TargetHost,
+    /// Target port (1..=65535).
+    pub port: u16,
+    /// Flags.
+    pub flags: u32,
+}
+
+impl Begin {
+    /// Encode the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = format!("{}:{}", self.host, self.port).into_bytes();
+        out.push(0);
+        if self.flags != 0 {
+            out.extend_from_slice(&self.flags.to_be_bytes());
+        }
+        out
+    }
+    /// Parse a BEGIN body.
+    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
+        let nul = d
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(CellError::Truncated("BEGIN addrport"))?;
+        let s = std::str::from_utf8(&d[..nul])
+            .map_err(|_| CellError::invalid("BEGIN", "addrport is not UTF-8"))?;
+        let (host_s, port_s) = s
+            .rsplit_once(':')
+            .ok_or_else(|| CellError::invalid("BEGIN", "no port"))?;
+        let port: u16 = port_s
+            .parse()
+            .map_err(|_| CellError::invalid("BEGIN", "bad port"))?;
+        if port == 0 {
+            return Err(CellError::invalid("BEGIN", "port 0"));
+        }
+        let host = parse_host(host_s)?;
+        let rest = &d[nul + 1..];
+        let flags = if rest.len() >= 4 {
+            u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]])
+        } else {
+            0
+        };
+        Ok(Begin { host, port, flags })
+    }
+}
+
+fn parse_host(s: &str) -> Result<TargetHost, CellError> {
+    if let Some(inner) = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+        let a: Ipv6Addr = inner
+            .parse()
+            .map_err(|_| CellError::invalid("address", "bad IPv6 literal"))?;
+        return Ok(TargetHost::Ip(IpAddr::V6(a)));
+    }
+    if let Ok(a) = s.parse::<Ipv4Addr>() {
+        return Ok(TargetHost::Ip(IpAddr::V4(a)));
+    }
+    validate_hostname(s)?;
+    Ok(TargetHost::Hostname(s.to_ascii_lowercase()))
+}
+
+/// A CONNECTED message.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Connected {
+    /// Address the exit connected to, with its TTL.
+    pub addr: Option<(IpAddr, u32)>,
+}
+
+impl Connected {
+    /// Encode the body.
+    pub fn encode(&self) -> Vec<u8> {
+        match self.addr {
+            None => Vec::new(),
+            Some((IpAddr::V4(a), ttl)) => {
+                let mut v = a.octets().to_vec();
+                v.extend_from_slice(&ttl.to_be_bytes());
+                v
+            }
+            Some((IpAddr::V6(a), ttl)) => {
+                let mut v = vec![0, 0, 0, 0, 6];
+                v.extend_from_slice(&a.octets());
+                v.extend_from_slice(&ttl.to_be_bytes());
+                v
+            }
+        }
+    }
+    /// Parse a CONNECTED body (empty bodies are allowed, e.g. BEGIN_DIR).
+    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
+        if d.len() < 4 {
+            return Ok(Connected::default());
+        }
+        let mut r = Reader::new(d);
+        let v4 = r.array::<4>("connected addr")?;
+        if v4 != [0, 0, 0, 0] {
+            let ttl = r.u32("ttl").unwrap_or(u32::MAX);
+            return Ok(Connected {
+                addr: Some((IpAddr::V4(Ipv4Addr::from(v4)), ttl)),
+            });
+        }
+        if r.remaining() == 0 {
+            return Ok(Connected::default());
+        }
+        let t = r.u8("connected addr type")?;
+        if t != 6 {
+            return Err(CellError::invalid("CONNECTED", "unknown address type"));
+        }
+        let a = r.array::<16>("connected ipv6")?;
+        let ttl = r.u32("ttl").unwrap_or(u32::MAX);
+        Ok(Connected {
+            addr: Some((IpAddr::V6(Ipv6Addr::from(a)), ttl)),
+        })
+    }
+}
+
+/// An END message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct End {
+    /// Reason (see [`end_reason`]).
+    pub reason: u8,
+    /// For EXITPOLICY: the address refused and its TTL.
+    pub addr: Option<(IpAddr, u32)>,
+}
+
+impl End {
+    /// A plain END with a reason.
+    pub fn new(reason: u8) -> Self {
+        End { reason, addr: None }
+    }
+    /// Encode the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![self.reason];
+        if let Some((a, ttl)) = self.addr {
+            match a {
+                IpAddr::V4(a) => v.extend_from_slice(&a.octets()),
+                IpAddr::V6(a) => v.extend_from_slice(&a.octets()),
+            }
+            v.extend_from_slice(&ttl.to_be_bytes());
+        }
+        v
+    }
+    /// Parse an END body (empty means MISC).
+    pub fn parse(d: &[u8]) -> Self {
+        let Some(&reason) = d.first() else {
+            return End::new(end_reason::MISC);
+        };
+        let rest = &d[1..];
+        let addr = if reason == end_reason::EXITPOLICY {
+            match rest.len() {
+                8 => Some((
+                    IpAddr::V4(Ipv4Addr::new(rest[0], rest[1], rest[2], rest[3])),
+                    u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]),
+                )),
+                20 => {
+                    let mut a = [0u8; 16];
+                    a.copy_from_slice(&rest[..16]);
+                    Some((
+                        IpAddr::V6(Ipv6Addr::from(a)),
+                        u32::from_be_bytes([rest[16], rest[17], rest[18], rest[19]]),
+                    ))
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        End { reason, addr }
+    }
+}
+
+/// A SENDME message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sendme {
+    /// Version 0 (or an empty stream-level SENDME).
+    Unauthenticated,
+    /// Version 1 with the 20-byte digest tag.
+    Authenticated([u8; 20]),
+}
+
+impl Sendme {
+    /// Encode the body.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Sendme::Unauthenticated => Vec::new(),
+            Sendme::Authenticated(tag) => {
+                let mut v = vec![1, 0, 20];
+                v.extend_from_slice(tag);
+                v
+            }
+        }
+    }
+    /// Parse a SENDME body.
+    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
+        if d.is_empty() {
+            return Ok(Sendme::Unauthenticated);
+        }
+        let mut r = Reader::new(d);
+        match r.u8("sendme version")? {
+            0 => Ok(Sendme::Unauthenticated),
+            1 => {
+                let len = r.u16("sendme data len")? as usize;
+                if len < 20 {
+                    return Err(CellError::invalid("SENDME", "v1 digest shorter than 20"));
+                }
+                let tag = r.array::<20>("sendme digest")?;
+                Ok(Sendme::Authenticated(tag))
+            }
+            v => Err(CellError::invalid("SENDME", format!("unknown version {v}"))),
+        }
+    }
+}
+
+/// A link specifier (tor-spec §5.1.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkSpec {
+    /// TLS-over-TCP, IPv4.
+    Ipv4(SocketAddrV4),
+    /// TLS-over-TCP, IPv6.
+    Ipv6(SocketAddrV6),
+    /// RSA identity digest.
+    LegacyId([u8; 20]),
+    /// Ed25519 identity.
+    Ed25519Id([u8; 32]),
+    /// Unrecognized specifier (kept for forwarding).
+    Unknown(u8, Vec<u8>),
+}
+
+impl LinkSpec {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            LinkSpec::Ipv4(a) => {
+                out.extend_from_slice(&[0, 6]);
+                out.extend_from_slice(&a.ip().octets());
+                out.extend_from_slice(&a.port().to_be_bytes());
+            }
+            LinkSpec::Ipv6(a) => {
+                out.extend_from_slice(&[1, 18]);
+                out.extend_from_slice(&a.ip().octets());
+                out.extend_from_slice(&a.port().to_be_bytes());
+            }
+            LinkSpec::LegacyId(id) => {
+                out.extend_from_slice(&[2, 20]);
+                out.extend_from_slice(id);
+            }
+            LinkSpec::Ed25519Id(id) => {
+                out.extend_from_slice(&[3, 32]);
+                out.extend_from_slice(id);
+            }
+            LinkSpec::Unknown(t, b) => {
+                out.push(*t);
+                out.push(b.len().min(255) as u8);
+                out.extend_from_slice(&b[..b.len().min(255)]);
+            }
+        }
+    }
+    fn read(r: &mut Reader<'_>) -> Result<Self, CellError> {
+        let t = r.u8("lstype")?;
+        let len = r.u8("lslen")? as usize;
+        let b = r.take(len, "lspec")?;
+        let bad = || CellError::invalid("link specifier", format!("type {t} with length {len}"));
+        Ok(match t {
+            0 => {
+                if len != 6 {
+                    return Err(bad());
+                }
+                LinkSpec::Ipv4(SocketAddrV4::new(
+                    Ipv4Addr::new(b[0], b[1], b[2], b[3]),
+                    u16::from_be_bytes([b[4], b[5]]),
+                ))
+            }
+            1 => {
+                if len != 18 {
+                    return Err(bad());
+                }
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&b[..16]);
+                LinkSpec::Ipv6(SocketAddrV6::new(
+                    Ipv6Addr::from(a),
+                    u16::from_be_bytes([b[16], b[17]]),
+                    0,
+                    0,
+                ))
+            }
+            2 => LinkSpec::LegacyId(b.try_into().map_err(|_| bad())?),
+            3 => LinkSpec::Ed25519Id(b.try_into().map_err(|_| bad())?),
+            _ => LinkSpec::Unknown(t, b.to_vec()),
+        })
+    }
+}
+
+/// An EXTEND2 message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extend2 {
+    /// Where and who the next hop is.
+    pub specs: Vec<LinkSpec>,
+    /// The handshake to forward in CREATE2.
+    pub create: Create2,
+}
+
+impl Extend2 {
+    /// Encode the body.
+    pub fn encode(&self) -> Result<Vec<u8>, CellError> {
+        let mut out =
+            vec![u8::try_from(self.specs.len()).map_err(|_| CellError::DoesNotFit("EXTEND2"))?];
+        for s in &self.specs {
+            s.write(&mut out);
+        }
+        self.create.write(&mut out);
+        if out.len() > RELAY_DATA_LEN {
+            return Err(CellError::DoesNotFit("EXTEND2"));
+        }
+        Ok(out)
+    }
+    /// Parse an EXTEND2 body. Duplicate identity specifiers are rejected.
+    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
+        let mut r = Reader::new(d);
+        let n = r.u8("nspec")?;
+        let mut specs = Vec::with_capacity(n as usize);
+        let (mut rsa, mut ed) = (0, 0);
+        for _ in 0..n {
+            let s = LinkSpec::read(&mut r)?;
+            match s {
+                LinkSpec::LegacyId(_) => rsa += 1,
+                LinkSpec::Ed25519Id(_) => ed += 1,
+                _ => {}
+            }
+            specs.push(s);
+        }
+        if rsa > 1 || ed > 1 {
+            return Err(CellError::invalid(
+                "EXTEND2",
+                "duplicate identity specifier",
+            ));
+        }
+        let create = Create2::read(&mut r)?;
+        Ok(Extend2 { specs, create })
+    }
+    /// The IPv4 address to connect to, if given.
+    pub fn ipv4(&self) -> Option<SocketAddrV4> {
+        self.specs.iter().find_map(|s| match s {
+            LinkSpec::Ipv4(a) => Some(*a),
+            _ => None,
+        })
+    }
+    /// The IPv6 address to connect to, if given.
+    pub fn ipv6(&self) -> Option<SocketAddrV6> {
+        self.specs.iter().find_map(|s| match s {
+            LinkSpec::Ipv6(a) => Some(*a),
+            _ => None,
+        })
+    }
+    /// The RSA identity, if given.
+    pub fn rsa_id(&self) -> Option<[u8; 20]> {
+        self.specs.iter().find_map(|s| match s {
+            LinkSpec::LegacyId(a) => Some(*a),
+            _ => None,
+        })
+    }
+    /// The Ed25519 identity, if given.
+    pub fn ed_id(&self) -> Option<[u8; 32]> {
+        self.specs.iter().find_map(|s| match s {
+            LinkSpec::Ed25519Id(a) => Some(*a),
+            _ => None,
+        })
+    }
+}
+
+/// One answer in a RESOLVED message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolvedAnswer {
+    /// A hostname (reverse lookups).
+    Hostname(String, u32),
+    /// An address.
+    Ip(IpAddr, u32),
+    /// Transient error.
+    TransientError,
+    /// Permanent error.
+    NontransientError,
+}
+
+/// Encode a RESOLVED body.
+pub fn encode_resolved(answers: &[ResolvedAnswer]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for a in answers {
+        let (t, v, ttl): (u8, Vec<u8>, u32) = match a {
+            ResolvedAnswer::Hostname(h, ttl) => {
+                (0, h.as_bytes()[..h.len().min(255)].to_vec(), *ttl)
+            }
+            ResolvedAnswer::Ip(IpAddr::V4(a), ttl) => (4, a.octets().to_vec(), *ttl),
+            ResolvedAnswer::Ip(IpAddr::V6(a), ttl) => (6, a.octets().to_vec(), *ttl),
+            ResolvedAnswer::TransientError => (0xF0, b"Error resolving hostname".to_vec(), 0),
+            ResolvedAnswer::NontransientError => (0xF1, b"Error resolving hostname".to_vec(), 0),
+        };
+        if out.len() + 2 + v.len() + 4 > RELAY_DATA_LEN {
+            break;
+        }
+        out.push(t);
+        out.push(v.len() as u8);
+        out.extend_from_slice(&v);
+        out.extend_from_slice(&ttl.to_be_bytes());
+    }
+    out
+}
+
+/// Parse a RESOLVED body.
+pub fn parse_resolved(d: &[u8]) -> Result<Vec<ResolvedAnswer>, CellError> {
+    let mut r = Reader::new(d);
+    let mut out = Vec::new();
+    while r.remaining() > 0 {
+        let t = r.u8("answer type")?;
+        let len = r.u8("answer len")? as usize;
+        let v = r.take(len, "answer value")?;
+        let ttl = r.u32("answer ttl")?;
+        out.push(match (t, len) {
+            (0, _) => ResolvedAnswer::Hostname(
+                String::from_utf8(v.to_vec())
+                    .map_err(|_| CellError::invalid("RESOLVED", "hostname not UTF-8"))?,
+                ttl,
+            ),
+            (4, 4) => ResolvedAnswer::Ip(IpAddr::V4(Ipv4Addr::new(v[0], v[1], v[2], v[3])), ttl),
+            (6, 16) => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(v);
+                ResolvedAnswer::Ip(IpAddr::V6(Ipv6Addr::from(a)), ttl)
+            }
+            (0xF0, _) => ResolvedAnswer::TransientError,
+            (0xF1, _) => ResolvedAnswer::NontransientError,
+            _ => continue,
+        });
+    }
+    Ok(out)
+}
+
+/// A decoded relay message (DATA borrows from the cell).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayMsg<'a> {
+    /// BEGIN.
+    Begin(Begin),
+    /// DATA.
+    Data(&'a [u8]),
+    /// END.
+    End(End),
+    /// CONNECTED.
+    Connected(Connected),
+    /// SENDME.
+    Sendme(Sendme),
+    /// EXTEND2.
+    Extend2(Extend2),
+    /// EXTENDED2.
+    Extended2(Created2),
+    /// TRUNCATE.
+    Truncate,
+    /// TRUNCATED with a reason.
+    Truncated(u8),
+    /// DROP.
+    Drop,
+    /// RESOLVE of a hostname or in-addr.arpa name.
+    Resolve(String),
+    /// RESOLVED.
+    Resolved(Vec<ResolvedAnswer>),
+    /// BEGIN_DIR.
+    BeginDir,
+    /// Anything else (ignored, but counted for digests).
+    Unknown(RelayCmd, &'a [u8]),
+}
+
+impl<'a> RelayMsg<'a> {
+    /// Decode the message in a decrypted, recognized relay cell body.
+    pub fn decode(body: &'a CellBody) -> Result<(u16, RelayMsg<'a>), CellError> {
+        let h = header(body);
+        let d = data(body)?;
+        let msg = match h.cmd {
+            RelayCmd::BEGIN => RelayMsg::Begin(Begin::parse(d)?),
+            RelayCmd::DATA => RelayMsg::Data(d),
+            RelayCmd::END => RelayMsg::End(End::parse(d)),
+            RelayCmd::CONNECTED => RelayMsg::Connected(Connected::parse(d)?),
+            RelayCmd::SENDME => RelayMsg::Sendme(Sendme::parse(d)?),
+            RelayCmd::EXTEND2 => RelayMsg::Extend2(Extend2::parse(d)?),
+            RelayCmd::EXTENDED2 => RelayMsg::Extended2(Created2::parse(d)?),
+            RelayCmd::TRUNCATE => RelayMsg::Truncate,
+            RelayCmd::TRUNCATED => RelayMsg::Truncated(d.first().copied().unwrap_or(0)),
+            RelayCmd::DROP => RelayMsg::Drop,
+            RelayCmd::RESOLVE => {
+                let nul = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+                let s = std::str::from_utf8(&d[..nul])
+                    .map_err(|_| CellError::invalid("RESOLVE", "not UTF-8"))?;
+                validate_hostname(s)?;
+                RelayMsg::Resolve(s.to_ascii_lowercase())
+            }
+            RelayCmd::RESOLVED => RelayMsg::Resolved(parse_resolved(d)?),
+            RelayCmd::BEGIN_DIR => RelayMsg::BeginDir,
+            c => RelayMsg::Unknown(c, d),
+        };
+        Ok((h.stream_id, msg))
+    }
+
+    /// The command of this message.
+    pub fn cmd(&self) -> RelayCmd {
+        match self {
+            RelayMsg::Begin(_) => RelayCmd::BEGIN,
+            RelayMsg::Data(_) => RelayCmd::DATA,
+            RelayMsg::End(_) => RelayCmd::END,
+            RelayMsg::Connected(_) => RelayCmd::CONNECTED,
+            RelayMsg::Sendme(_) => RelayCmd::SENDME,
+            RelayMsg::Extend2(_) => RelayCmd::EXTEND2,
+            RelayMsg::Extended2(_) => RelayCmd::EXTENDED2,
+            RelayMsg::Truncate => RelayCmd::TRUNCATE,
+            RelayMsg::Truncated(_) => RelayCmd::TRUNCATED,
+            RelayMsg::Drop => RelayCmd::DROP,
+            RelayMsg::Resolve(_) => RelayCmd::RESOLVE,
+            RelayMsg::Resolved(_) => RelayCmd::RESOLVED,
+            RelayMsg::BeginDir => RelayCmd::BEGIN_DIR,
+            RelayMsg::Unknown(c, _) => *c,
+        }
+    }
+
+    /// Encode the message body (not the header).
+    pub fn encode_body(&self) -> Result<Vec<u8>, CellError> {
+        Ok(match self {
+            RelayMsg::Begin(b) => b.encode(),
+            RelayMsg::Data(d) => d.to_vec(),
+            RelayMsg::End(e) => e.encode(),
+            RelayMsg::Connected(c) => c.encode(),
+            RelayMsg::Sendme(s) => s.encode(),
+            RelayMsg::Extend2(e) => e.encode()?,
+            RelayMsg::Extended2(c) => c.encode(),
+            RelayMsg::Truncate | RelayMsg::Drop => Vec::new(),
+            RelayMsg::BeginDir => Vec::new(),
+            RelayMsg::Truncated(r) => vec![*r],
+            RelayMsg::Resolve(h) => {
+                let mut v = h.as_bytes().to_vec();
+                v.push(0);
+                v
+            }
+            RelayMsg::Resolved(a) => encode_resolved(a),
+            RelayMsg::Unknown(_, d) => d.to_vec(),
+        })
+    }
+
+    /// Write this message into an unencrypted relay cell body.
+    pub fn write_cell(
+        &self,
+        stream_id: u16,
+        body: &mut CellBody,
+        pad: impl FnOnce(&mut [u8]),
+    ) -> Result<(), CellError> {
+        let data = self.encode_body()?;
+        write(body, self.cmd(), stream_id, &data, pad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(m: RelayMsg<'_>) {
+        let mut body = [0u8; PAYLOAD_LEN];
+        m.write_cell(7, &mut body, |p| p.fill(0xAB)).unwrap();
+        let (sid, got) = RelayMsg::decode(&body).unwrap();
+        assert_eq!(sid, 7);
+        assert_eq!(got, m);
+        let h = header(&body);
+        assert_eq!(h.recognized, 0);
+        assert_eq!(h.digest, [0; 4]);
+    }
+
+    #[test]
+    fn messages_roundtrip() {
+        roundtrip(RelayMsg::Begin(Begin {
+            host: TargetHost::Hostname("example.com".into()),
+            port: 443,
+            flags: 0,
+        }));
+        roundtrip(RelayMsg::Begin(Begin {
+            host: TargetHost::Ip("::1".parse().unwrap()),
+            port: 80,
+            flags: begin_flags::IPV6_OK,
+        }));
+        roundtrip(RelayMsg::Begin(Begin {
+            host: TargetHost::Ip("127.0.0.1".parse().unwrap()),
+            port: 8080,
+            flags: 0,
+        }));
+        roundtrip(RelayMsg::Data(b"hello world"));
+        roundtrip(RelayMsg::End(End::new(end_reason::DONE)));
+        roundtrip(RelayMsg::End(End {
+            reason: end_reason::EXITPOLICY,
+            addr: Some(("10.0.0.1".parse().unwrap(), 300)),
+        }));
+        roundtrip(RelayMsg::Connected(Connected {
+            addr: Some(("127.0.0.1".parse().unwrap(), 60)),
+        }));
+        roundtrip(RelayMsg::Connected(Connected {
+            addr: Some(("2001:db8::1".parse().unwrap(), 60)),
+        }));
+        roundtrip(RelayMsg::Sendme(Sendme::Authenticated([5; 20])));
+        roundtrip(RelayMsg::Extend2(Extend2 {
+            specs: vec![
+                LinkSpec::Ipv4("127.0.0.1:5000".parse().unwrap()),
+                LinkSpec::LegacyId([1; 20]),
+                LinkSpec::Ed25519Id([2; 32]),
+            ],
+            create: Create2 {
+                htype: 2,
+                hdata: vec![3; 84],
+            },
+        }));
+        roundtrip(RelayMsg::Resolve("example.org".into()));
+        roundtrip(RelayMsg::Resolved(vec![
+            ResolvedAnswer::Ip("1.2.3.4".parse().unwrap(), 60),
+            ResolvedAnswer::Ip("::2".parse().unwrap(), 60),
+        ]));
+        roundtrip(RelayMsg::Truncated(8));
+    }
+
+    #[test]
+    fn padding_starts_with_four_zeros() {
+        let mut body = [0xFFu8; PAYLOAD_LEN];
+        write(&mut body, RelayCmd::DATA, 1, b"abc", |p| p.fill(0x55)).unwrap();
+        assert_eq!(&body[14..18], &[0, 0, 0, 0]);
+        assert!(body[18..].iter().all(|&b| b == 0x55));
+    }
+
+    #[test]
+    fn bad_lengths_rejected() {
+        let mut body = [0u8; PAYLOAD_LEN];
+        body[0] = 2;
+        body[9..11].copy_from_slice(&499u16.to_be_bytes());
+        assert!(RelayMsg::decode(&body).is_err());
+        assert!(Begin::parse(b"example.com:0\0").is_err());
+        assert!(Begin::parse(b"example.com\0").is_err());
+        assert!(Begin::parse(b"bad host!:80\0").is_err());
+        assert!(Begin::parse(b"[zz::1]:80\0").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn relay_decode_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, PAYLOAD_LEN..=PAYLOAD_LEN)) {
+            let body: CellBody = data.try_into().unwrap();
+            let _ = RelayMsg::decode(&body);
+            let _ = Extend2::parse(&body[..]);
+            let _ = parse_resolved(&body[..]);
+            let _ = Begin::parse(&body[..]);
+            let _ = Connected::parse(&body[..]);
+            let _ = Sendme::parse(&body[..]);
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! SOCKS5 server side, sans-IO.
+//!
+//! Feed the bytes a SOCKS client sends into [`SocksHandshake::handle`]; it
+//! returns bytes to write back, and eventually a [`SocksRequest`]. The
+//! driver then opens the stream and writes [`reply`] with the outcome.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use onionmix_cell::relay::{TargetHost, end_reason, validate_hostname};
+
+/// SOCKS5 reply codes (RFC 1928 §6).
+pub mod reply_code {
+    /// Succeeded.
+    pub const SUCCEEDED: u8 = 0x00;
+    /// General SOCKS server failure.
+    pub const GENERAL_FAILURE: u8 = 0x01;
+    /// Connection not allowed by ruleset.
+    pub const NOT_ALLOWED: u8 = 0x02;
+    /// Network unreachable.
+    pub const NET_UNREACHABLE: u8 = 0x03;
+    /// Host unreachable.
+    pub const HOST_UNREACHABLE: u8 = 0x04;
+    /// Connection refused.
+    pub const CONNECTION_REFUSED: u8 = 0x05;
+    /// TTL expired (Tor uses it for timeouts).
+    pub const TTL_EXPIRED: u8 = 0x06;
+    /// Command not supported.
+    pub const COMMAND_NOT_SUPPORTED: u8 = 0x07;
+    /// Address type not supported.
+    pub const ADDRTYPE_NOT_SUPPORTED: u8 = 0x08;
+}
+
+/// Map a relay END reason to the SOCKS5 reply a stock tor client would give.
+pub fn end_reason_to_reply(reason: u8) -> u8 {
+    use reply_code::*;
+    match reason {
+        end_reason::RESOLVEFAILED | end_reason::NOROUTE => HOST_UNREACHABLE,
+        end_reason::CONNECTREFUSED | end_reason::CONNRESET => CONNECTION_REFUSED,
+        end_reason::EXITPOLICY => NOT_ALLOWED,
+        end_reason::TIMEOUT => TTL_EXPIRED,
+        _ => GENERAL_FAILURE,
+    }
+}
+
+/// SOCKS commands we accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocksCmd {
+    /// CONNECT (0x01).
+    Connect,
+    /// Tor's RESOLVE (0xF0).
+    Resolve,
+    /// Tor's RESOLVE_PTR (0xF1).
+    ResolvePtr,
+}
+
+/// A complete SOCKS request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocksRequest {
+    /// What to do.
+    pub cmd: SocksCmd,
+    /// Target host.
+    pub host: TargetHost,
+    /// Target port.
+    pub port: u16,
+    /// Username/password given (used for stream isolation).
+    pub auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Why a SOCKS handshake failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum SocksError {
+    /// Not SOCKS5 (SOCKS4 or garbage).
+    #[error("unsupported SOCKS version {0}")]
+    Version(u8),
+    /// No acceptable authentication method offered.
+    #[error("no acceptable authentication method")]
+    NoMethod,
+    /// Malformed message.
+    #[error("malformed SOCKS message: {0}")]
+    Malformed(&'static str),
+    /// Unsupported command.
+    #[error("unsupported SOCKS command {0:#x}")]
+    Command(u8),
+    /// Unsupported address type.
+    #[error("unsupported address type {0:#x}")]
+    AddrType(u8),
+    /// Bad hostname.
+    #[error("bad hostname: {0}")]
+    Hostname(String),
+}
+
+impl SocksError {
+    /// The SOCKS reply to send for this error, if a reply is possible.
+    pub fn reply_code(&self) -> Option<u8> {
+        match self {
+            SocksError::Version(_) | SocksError::NoMethod => None,
+            SocksError::Command(_) => Some(reply_code::COMMAND_NOT_SUPPORTED),
+            SocksError::AddrType(_) => Some(reply_code::ADDRTYPE_NOT_SUPPORTED),
+            SocksError::Malformed(_) | SocksError::Hostname(_) => Some(reply_code::GENERAL_FAILURE),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Greeting,
+    UserPass,
+    Request,
+    Done,
+}
+
+/// Result of feeding bytes to the handshake.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// How many input bytes were consumed.
+    pub consumed: usize,
+    /// Bytes to write back to the client.
+    pub reply: Vec<u8>,
+    /// The request, once complete.
+    pub request: Option<SocksRequest>,
+}
+
+/// Largest message the handshake accepts (a request with a 255-byte name).
+pub const MAX_MSG: usize = 4 + 1 + 255 + 2;
+
+/// Server side of the SOCKS5 negotiation.
+#[derive(Debug)]
+pub struct SocksHandshake {
+    state: State,
+    auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Default for SocksHandshake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SocksHandshake {
+    /// A new handshake.
+    pub fn new() -> Self {
+        SocksHandshake {
+            state: State::Greeting,
+            auth: None,
+        }
+    }
+
+    /// Whether the request has been read.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Consume as much of `input` as forms complete messages.
+    pub fn handle(&mut self, input: &[u8]) -> Result<Step, SocksError> {
+        let mut step = Step::default();
+        loop {
+            let rest = &input[step.consumed..];
+            let used = match self.state {
+                State::Greeting => self.greeting(rest, &mut step)?,
+                State::UserPass => self.userpass(rest, &mut step)?,
+                State::Request => self.request(rest, &mut step)?,
+                State::Done => None,
+            };
+            match used {
+                Some(n) => step.consumed += n,
+                None => return Ok(step),
+            }
+        }
+    }
+
+    fn greeting(&mut self, b: &[u8], step: &mut Step) -> Result<Option<usize>, SocksError> {
+        if b.is_empty() {
+            return Ok(None);
+        }
+        if b[0] != 5 {
+            return Err(SocksError::Version(b[0]));
+        }
+        if b.len() < 2 {
+            return Ok(None);
+        }
+        let n = b[1] as usize;
+        if n == 0 {
+            return Err(SocksError::Malformed("no methods"));
+        }
+        if b.len() < 2 + n {
+            return Ok(None);
+        }
+        let methods = &b[2..2 + n];
+        if methods.contains(&2) {
+            step.reply.extend_from_slice(&[5, 2]);
+            self.state = State::UserPass;
+        } else if methods.contains(&0) {
+            step.reply.extend_from_slice(&[5, 0]);
+            self.state = State::Request;
+        } else {
+            step.reply.extend_from_slice(&[5, 0xFF]);
+            return Err(SocksError::NoMethod);
+        }
+        Ok(Some(2 + n))
+    }
+
+    fn userpass(&mut self, b: &[u8], step: &mut Step) -> Result<Option<usize>, SocksError> {
+        if b.len() < 2 {
+            return Ok(None);
+        }
+        if b[0] != 1 {
+            return Err(SocksError::Malformed("username/password version"));
+        }
+        let ulen = b[1] as usize;
+        if b.len() < 2 + ulen + 1 {
+            return Ok(None);
+        }
+        let plen = b[2 + ulen] as usize;
+        let total = 3 + ulen + plen;
+        if b.len() < total {
+            return Ok(None);
+        }
+        let user = b[2..2 + ulen].to_vec();
+        let pass = b[3 + ulen..total].to_vec();
+        self.auth = Some((user, pass));
+        step.reply.extend_from_slice(&[1, 0]);
+        self.state = State::Request;
+        Ok(Some(total))
+    }
+
+    fn request(&mut self, b: &[u8], step: &mut Step) -> Result<Option<usize>, SocksError> {
+        if b.len() < 5 {
+            return Ok(None);
+        }
+        if b[0] != 5 {
+            return Err(SocksError::Version(b[0]));
+        }
+        let cmd = match b[1] {
+            1 => SocksCmd::Connect,
+            0xF0 => SocksCmd::Resolve,
+            0xF1 => SocksCmd::ResolvePtr,
+            c => return Err(SocksError::Command(c)),
+        };
+        let (host, addr_end) = match b[3] {
+            1 => {
+                if b.len() < 4 + 4 + 2 {
+                    return Ok(None);
+                }
+                (
+                    TargetHost::Ip(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7]))),
+                    8,
+                )
+            }
+            4 => {
+                if b.len() < 4 + 16 + 2 {
+                    return Ok(None);
+                }
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&b[4..20]);
+                (TargetHost::Ip(IpAddr::V6(Ipv6Addr::from(a))), 20)
+            }
+            3 => {
+                let n = b[4] as usize;
+                if b.len() < 5 + n + 2 {
+                    return Ok(None);
+                }
+                let name = std::str::from_utf8(&b[5..5 + n])
+                    .map_err(|_| SocksError::Hostname("not UTF-8".into()))?;
+                // A name that is a literal address is treated as one.
+                let host = if let Ok(ip) = name.parse::<IpAddr>() {
+                    TargetHost::Ip(ip)
+                } else {
+                    validate_hostname(name).map_err(|e| SocksError::Hostname(e.to_string()))?;
+                    TargetHost::Hostname(name.to_ascii_lowercase())
+                };
+                (host, 5 + n)
+            }
+            t => return Err(SocksError::AddrType(t)),
+        };
+        let port = u16::from_be_bytes([b[addr_end], b[addr_end + 1]]);
+        if cmd == SocksCmd::Connect && port == 0 {
+            return Err(SocksError::Malformed("port 0"));
+        }
+        if cmd == SocksCmd::ResolvePtr && !matches!(host, TargetHost::Ip(_)) {
+            return Err(SocksError::Malformed("RESOLVE_PTR needs an address"));
+        }
+        step.request = Some(SocksRequest {
+            cmd,
+            host,
+            port,
+            auth: self.auth.take(),
+        });
+        self.state = State::Done;
+        Ok(Some(addr_end + 2))
+    }
+}
+
+/// Encode a SOCKS5 reply with a bound address (use `None` for 0.0.0.0:0).
+pub fn reply(code: u8, bound: Option<(IpAddr, u16)>) -> Vec<u8> {
+    let mut out = vec![5, code, 0];
+    match bound {
+        Some((IpAddr::V4(a), p)) => {
+            out.push(1);
+            out.extend_from_slice(&a.octets());
+            out.extend_from_slice(&p.to_be_bytes());
+        }
+        Some((IpAddr::V6(a), p)) => {
+            out.push(4);
+            out.extend_from_slice(&a.octets());
+            out.extend_from_slice(&p.to_be_bytes());
+        }
+        None => out.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0]),
+    }
+    out
+}
+
+/// Encode a successful RESOLVE_PTR reply carrying a hostname.
+pub fn reply_hostname(name: &str) -> Vec<u8> {
+    let n = name.len().min(255);
+    let mut out = vec![5, 0, 0, 3, n as u8];
+    out.extend_from_slice(&name.as_bytes()[..n]);
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+/// The reverse-lookup name for an address (in-addr.arpa / ip6.arpa).
+pub fn ptr_name(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            format!("{}.{}.{}.{}.in-addr.arpa", o[3], o[2], o[1], o[0])
+        }
+        IpAddr::V6(a) => {
+            let mut s = String::new();
+            for b in a.octets().iter().rev() {
+                s.push_str(&format!("{:x}.{:x}.", b & 0xf, b >> 4));
+            }
+            s.push_str("ip6.arpa");
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(input: &[u8]) -> Result<(Vec<u8>, Option<SocksRequest>), SocksError> {
+        let mut h = SocksHandshake::new();
+        let mut reply = Vec::new();
+        let mut off = 0;
+        // Feed byte by byte to exercise partial input handling.
+        let mut buf = Vec::new();
+        while off < input.len() {
+            buf.push(input[off]);
+            off += 1;
+            let step = h.handle(&buf)?;
+            buf.drain(..step.consumed);
+            reply.extend(step.reply);
+            if step.request.is_some() {
+                return Ok((reply, step.request));
+            }
+        }
+        Ok((reply, None))
+    }
+
+    #[test]
+    fn connect_hostname_with_auth() {
+        let mut msg = vec![5, 2, 0, 2];
+        msg.extend_from_slice(&[1, 3, b'b', b'o', b'b', 2, b'p', b'w']);
+        msg.extend_from_slice(&[5, 1, 0, 3, 11]);
+        msg.extend_from_slice(b"Example.COM");
+        msg.extend_from_slice(&443u16.to_be_bytes());
+        let (reply, req) = run(&msg).unwrap();
+        assert_eq!(reply, vec![5, 2, 1, 0]);
+        let req = req.unwrap();
+        assert_eq!(req.cmd, SocksCmd::Connect);
+        assert_eq!(req.host, TargetHost::Hostname("example.com".into()));
+        assert_eq!(req.port, 443);
+        assert_eq!(req.auth, Some((b"bob".to_vec(), b"pw".to_vec())));
+    }
+
+    #[test]
+    fn connect_ipv6_and_resolve() {
+        let mut msg = vec![5, 1, 0, 5, 1, 0, 4];
+        msg.extend_from_slice(&"::1".parse::<Ipv6Addr>().unwrap().octets());
+        msg.extend_from_slice(&80u16.to_be_bytes());
+        let (_, req) = run(&msg).unwrap();
+        assert_eq!(req.unwrap().host, TargetHost::Ip("::1".parse().unwrap()));
+
+        let mut msg = vec![5, 1, 0, 5, 0xF0, 0, 3, 4];
+        msg.extend_from_slice(b"a.bc");
+        msg.extend_from_slice(&0u16.to_be_bytes());
+        let (_, req) = run(&msg).unwrap();
+        assert_eq!(req.unwrap().cmd, SocksCmd::Resolve);
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(run(&[4, 1, 0, 80]).unwrap_err(), SocksError::Version(4));
+        assert_eq!(run(&[5, 1, 1]).unwrap_err(), SocksError::NoMethod);
+        assert_eq!(
+            run(&[5, 1, 0, 5, 2, 0, 1, 1, 2, 3, 4, 0, 80]).unwrap_err(),
+            SocksError::Command(2)
+        );
+        assert_eq!(
+            run(&[5, 1, 0, 5, 1, 0, 9, 1]).unwrap_err(),
+            SocksError::AddrType(9)
+        );
+        assert!(matches!(
+            run(&[5, 1, 0, 5, 1, 0, 3, 3, b'a', b' ', b'b', 0, 80]).unwrap_err(),
+            SocksError::Hostname(_)
+        ));
+    }
+
+    #[test]
+    fn ptr_names() {
+        assert_eq!(
+            ptr_name("127.0.0.1".parse().unwrap()),
+            "1.0.0.127.in-addr.arpa"
+        );
+        assert!(ptr_name("::1".parse().unwrap()).starts_with("1.0.0.0."));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let mut h = SocksHandshake::new();
+            let _ = h.handle(&data);
+            let mut h = SocksHandshake::new();
+            let mut d = vec![5, 1, 0];
+            d.extend_from_slice(&data);
+            let _ = h.handle(&d);
+        }
+    }
+}

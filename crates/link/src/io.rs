@@ -1,0 +1,196 @@
+//! Channel I/O tasks: one reader and one writer per transport.
+//!
+//! The reader frames cells and hands them to the channel's reactor in
+//! batches over a bounded queue. The writer side is a [`ChannelWriter`]:
+//! any task (this channel's reactor, another channel's reactor forwarding a
+//! relay cell, an exit stream) can append framed cells without awaiting, so
+//! a cell can be encrypted and queued inside one critical section and cell
+//! order per circuit is preserved. The queue is bounded by accounting:
+//! producers check [`ChannelWriter::queued_bytes`] and wait with
+//! [`ChannelWriter::wait_below`] before reading more from their own source.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+use onionmix_cell::{CellCodec, RawCell};
+
+/// Cells per batch handed from the reader to the reactor at most.
+const MAX_BATCH: usize = 64;
+/// Queue depth (batches) between reader and reactor.
+const READ_QUEUE: usize = 32;
+/// Idle time after which a silent channel is considered dead.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// A write that makes no progress for this long kills the channel.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default high-water mark for a channel's outbound queue.
+pub const DEFAULT_HIGH_WATER: usize = 2 * 1024 * 1024;
+
+/// The sending side of a channel, shareable across tasks.
+#[derive(Clone, Debug)]
+pub struct ChannelWriter {
+    tx: mpsc::UnboundedSender<BytesMut>,
+    queued: Arc<AtomicUsize>,
+    drained: Arc<Notify>,
+    closed: Arc<AtomicBool>,
+}
+
+impl ChannelWriter {
+    /// Append framed cells. Never blocks; returns false if the channel is
+    /// closed.
+    pub fn send_now(&self, buf: BytesMut) -> bool {
+        if buf.is_empty() {
+            return true;
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.queued.fetch_add(buf.len(), Ordering::Relaxed);
+        if self.tx.send(buf).is_err() {
+            self.closed.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+    /// Bytes queued and not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+    /// Whether the writer has stopped.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed) || self.tx.is_closed()
+    }
+    /// Wait until fewer than `limit` bytes are queued (or the channel closed).
+    pub async fn wait_below(&self, limit: usize) {
+        loop {
+            let notified = self.drained.notified();
+            if self.queued_bytes() < limit || self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+    /// Stop the writer (after flushing what is queued).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.drained.notify_waiters();
+    }
+}
+
+/// The reactor's view of a channel after the handshake.
+#[derive(Debug)]
+pub struct ChannelIo {
+    /// Batches of inbound cells; `Err` carries the reason the channel closed.
+    pub rx: mpsc::Receiver<Result<Vec<RawCell>, String>>,
+    /// Outbound side.
+    pub tx: ChannelWriter,
+}
+
+/// Spawn the reader and writer tasks for an established channel.
+/// `leftover` holds bytes already read past the handshake.
+pub fn spawn_channel_io<S>(stream: S, codec: CellCodec, leftover: BytesMut) -> ChannelIo
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (in_tx, in_rx) = mpsc::channel::<Result<Vec<RawCell>, String>>(READ_QUEUE);
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<BytesMut>();
+    let writer = ChannelWriter {
+        tx: out_tx,
+        queued: Arc::new(AtomicUsize::new(0)),
+        drained: Arc::new(Notify::new()),
+        closed: Arc::new(AtomicBool::new(false)),
+    };
+
+    tokio::spawn(async move {
+        let mut buf = leftover;
+        loop {
+            let mut batch = Vec::new();
+            loop {
+                match codec.decode(&mut buf) {
+                    Ok(Some(cell)) => {
+                        batch.push(cell);
+                        if batch.len() >= MAX_BATCH {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = in_tx.send(Err(format!("bad cell: {e}"))).await;
+                        return;
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                if in_tx.send(Ok(batch)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if buf.capacity() - buf.len() < 16 * 1024 {
+                buf.reserve(64 * 1024);
+            }
+            match tokio::time::timeout(IDLE_TIMEOUT, rd.read_buf(&mut buf)).await {
+                Ok(Ok(0)) => {
+                    let _ = in_tx.send(Err("closed by peer".into())).await;
+                    return;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    let _ = in_tx.send(Err(format!("read error: {e}"))).await;
+                    return;
+                }
+                Err(_) => {
+                    let _ = in_tx.send(Err("idle timeout".into())).await;
+                    return;
+                }
+            }
+        }
+    });
+
+    let w = writer.clone();
+    tokio::spawn(async move {
+        let mut pending = BytesMut::with_capacity(256 * 1024);
+        loop {
+            let Some(first) = out_rx.recv().await else {
+                break;
+            };
+            pending.extend_from_slice(&first);
+            // Coalesce everything already queued into one write.
+            while pending.len() < 256 * 1024 {
+                match out_rx.try_recv() {
+                    Ok(more) => pending.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
+            let n = pending.len();
+            let res = tokio::time::timeout(WRITE_STALL_TIMEOUT, async {
+                wr.write_all(&pending).await?;
+                wr.flush().await
+            })
+            .await;
+            pending.clear();
+            w.queued.fetch_sub(n, Ordering::Relaxed);
+            w.drained.notify_waiters();
+            if !matches!(res, Ok(Ok(()))) {
+                break;
+            }
+            if w.closed.load(Ordering::Relaxed) && out_rx.is_empty() {
+                break;
+            }
+        }
+        w.closed.store(true, Ordering::Relaxed);
+        w.drained.notify_waiters();
+        out_rx.close();
+        let _ = wr.shutdown().await;
+    });
+
+    ChannelIo {
+        rx: in_rx,
+        tx: writer,
+    }
+}

@@ -1,0 +1,157 @@
+//! Channel manager: at most one channel per relay identity, opened on
+//! demand (TLS, then the in-protocol handshake), reused while it lives.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::{debug, info};
+
+use onionmix_link::{TlsTransport, spawn_channel_io};
+use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake};
+
+use super::circuit::HopTarget;
+use crate::glue;
+use crate::reactor::{ChannelHandle, spawn_client_reactor};
+
+/// Most channels a client keeps open at once.
+pub const MAX_CHANNELS: usize = 256;
+/// Time allowed for the in-protocol handshake after TLS.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why a channel could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ChanError {
+    /// TLS or TCP failed.
+    #[error("{0}")]
+    Link(#[from] onionmix_link::LinkError),
+    /// The Tor handshake failed.
+    #[error("handshake: {0}")]
+    Handshake(String),
+    /// Limit reached.
+    #[error("too many open channels")]
+    TooMany,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<ChannelHandle>>>;
+
+/// Opens and shares channels.
+#[derive(Clone)]
+pub struct ChanMgr {
+    transport: TlsTransport,
+    slots: Arc<Mutex<HashMap<[u8; 20], Slot>>>,
+}
+
+impl std::fmt::Debug for ChanMgr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChanMgr").finish()
+    }
+}
+
+impl ChanMgr {
+    /// A manager using `transport`.
+    pub fn new(transport: TlsTransport) -> Self {
+        ChanMgr {
+            transport,
+            slots: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// A channel to `target`, opening one if needed.
+    pub async fn get(&self, target: &HopTarget) -> Result<ChannelHandle, ChanError> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            if !slots.contains_key(&target.rsa_id) && slots.len() >= MAX_CHANNELS {
+                // Drop entries whose channels have died before refusing.
+                slots.retain(|_, s| match s.try_lock() {
+                    Ok(g) => g.as_ref().is_some_and(|h| !h.is_closed()),
+                    Err(_) => true,
+                });
+                if slots.len() >= MAX_CHANNELS {
+                    return Err(ChanError::TooMany);
+                }
+            }
+            slots.entry(target.rsa_id).or_default().clone()
+        };
+        let mut g = slot.lock().await;
+        if let Some(h) = g.as_ref() {
+            if !h.is_closed() {
+                return Ok(h.clone());
+            }
+        }
+        let h = self.connect(target).await?;
+        *g = Some(h.clone());
+        Ok(h)
+    }
+
+    /// Open a fresh channel (TLS + handshake) and start its reactor.
+    pub async fn connect(&self, target: &HopTarget) -> Result<ChannelHandle, ChanError> {
+        let (mut tls, info) = self.transport.connect(target.or_addr).await?;
+        let digest = info
+            .responder_cert_digest()
+            .ok_or_else(|| ChanError::Handshake("peer sent no TLS certificate".into()))?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let verifier = glue::responder_verifier();
+        let expected = ExpectedPeer {
+            rsa_id: target.rsa_id,
+            ed_id: target.ed_id,
+        };
+        let fut = async {
+            let mut hs = InitiatorHandshake::new(Some(expected), verifier.as_ref(), digest, now)
+                .with_peer_addr(target.or_addr.ip());
+            let mut out = BytesMut::new();
+            hs.start(&mut out)
+                .map_err(|e| ChanError::Handshake(e.to_string()))?;
+            tls.write_all(&out)
+                .await
+                .map_err(onionmix_link::LinkError::Io)?;
+            tls.flush().await.map_err(onionmix_link::LinkError::Io)?;
+            out.clear();
+            let mut input = BytesMut::with_capacity(16 * 1024);
+            loop {
+                let n = tls
+                    .read_buf(&mut input)
+                    .await
+                    .map_err(onionmix_link::LinkError::Io)?;
+                if n == 0 {
+                    return Err(ChanError::Handshake(
+                        "connection closed during handshake".into(),
+                    ));
+                }
+                let done = hs
+                    .handle(&mut input, &mut out)
+                    .map_err(|e| ChanError::Handshake(e.to_string()))?;
+                if !out.is_empty() {
+                    tls.write_all(&out)
+                        .await
+                        .map_err(onionmix_link::LinkError::Io)?;
+                    tls.flush().await.map_err(onionmix_link::LinkError::Io)?;
+                    out.clear();
+                }
+                if let Some(est) = done {
+                    return Ok((est, input));
+                }
+            }
+        };
+        let (est, leftover) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+            .await
+            .map_err(|_| ChanError::Handshake("timed out".into()))??;
+        debug!(
+            "channel to {} open (link v{})",
+            target.nickname, est.link_version
+        );
+        info!(target: "onionmix::chan", "connected to relay {}", target.nickname);
+        let io = spawn_channel_io(tls, est.codec.clone(), leftover);
+        Ok(spawn_client_reactor(
+            io,
+            est.codec,
+            est.peer.rsa_id,
+            Some(est.peer.ed_id),
+        ))
+    }
+}

@@ -1,0 +1,215 @@
+//! Client configuration (TOML). The testnet launcher writes this schema;
+//! `docs/client.md` documents it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// One directory authority the client trusts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorityEntry {
+    /// Nickname (for logs).
+    pub nickname: String,
+    /// Hex fingerprint of the authority's v3 identity key (signs key certificates).
+    pub v3ident: String,
+    /// Hex RSA identity fingerprint of the authority's relay.
+    pub fingerprint: String,
+    /// DirPort address.
+    pub dir_addr: SocketAddr,
+    /// ORPort address.
+    pub or_addr: SocketAddr,
+}
+
+/// `onionmix client` configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Where state (guards, cached directory) lives.
+    pub data_dir: PathBuf,
+    /// SOCKS5 listen address (loopback by default).
+    #[serde(default = "default_socks")]
+    pub socks_listen: SocketAddr,
+    /// Relax rules for private loopback networks (distinct subnets, private
+    /// addresses, short timeouts).
+    #[serde(default)]
+    pub testing_network: bool,
+    /// Fraction of weighted paths that must have descriptors before we
+    /// build circuits.
+    #[serde(default = "default_paths_needed")]
+    pub paths_needed_to_build_circuits: f64,
+    /// Trusted directory authorities.
+    #[serde(rename = "authority", default)]
+    pub authorities: Vec<AuthorityEntry>,
+    /// Give up building a circuit after this many seconds.
+    #[serde(default = "default_cbt")]
+    pub circuit_build_timeout_secs: u64,
+    /// Stop attaching new streams to a circuit this long after first use.
+    #[serde(default = "default_dirtiness")]
+    pub max_circuit_dirtiness_secs: u64,
+    /// Give up waiting for CONNECTED/RESOLVED after this many seconds.
+    #[serde(default = "default_stream_timeout")]
+    pub stream_timeout_secs: u64,
+    /// Allow SOCKS on a non-loopback address (off by default).
+    #[serde(default)]
+    pub allow_public_socks: bool,
+    /// Maximum simultaneous SOCKS connections.
+    #[serde(default = "default_max_socks")]
+    pub max_socks_connections: usize,
+}
+
+fn default_socks() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9050))
+}
+fn default_paths_needed() -> f64 {
+    0.6
+}
+fn default_cbt() -> u64 {
+    60
+}
+fn default_dirtiness() -> u64 {
+    600
+}
+fn default_stream_timeout() -> u64 {
+    60
+}
+fn default_max_socks() -> usize {
+    4096
+}
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// File could not be read.
+    #[error("cannot read {path}: {err}")]
+    Read {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        err: std::io::Error,
+    },
+    /// TOML did not parse.
+    #[error("invalid client config {path}: {err}")]
+    Parse {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        err: Box<toml::de::Error>,
+    },
+    /// Semantically invalid.
+    #[error("invalid client config: {0}")]
+    Invalid(String),
+}
+
+impl ClientConfig {
+    /// Load and validate a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            path: path.to_owned(),
+            err,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { err, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                err,
+            },
+            other => other,
+        })
+    }
+
+    /// Parse and validate config text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let c: ClientConfig = toml::from_str(text).map_err(|err| ConfigError::Parse {
+            path: PathBuf::new(),
+            err: Box::new(err),
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.authorities.is_empty() {
+            return Err(ConfigError::Invalid("no [[authority]] configured".into()));
+        }
+        for a in &self.authorities {
+            for (what, v) in [("v3ident", &a.v3ident), ("fingerprint", &a.fingerprint)] {
+                if v.len() != 40 || hex::decode(v).is_err() {
+                    return Err(ConfigError::Invalid(format!(
+                        "authority {}: {what} must be 40 hex digits",
+                        a.nickname
+                    )));
+                }
+            }
+        }
+        if !(0.0..=1.0).contains(&self.paths_needed_to_build_circuits) {
+            return Err(ConfigError::Invalid(
+                "paths_needed_to_build_circuits must be within 0..1".into(),
+            ));
+        }
+        if !self.socks_listen.ip().is_loopback() && !self.allow_public_socks {
+            return Err(ConfigError::Invalid(format!(
+                "socks_listen {} is not a loopback address; set allow_public_socks = true if you mean it",
+                self.socks_listen
+            )));
+        }
+        if self.circuit_build_timeout_secs == 0 || self.stream_timeout_secs == 0 {
+            return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// Circuit build timeout.
+    pub fn circuit_build_timeout(&self) -> Duration {
+        Duration::from_secs(self.circuit_build_timeout_secs)
+    }
+    /// Stream timeout.
+    pub fn stream_timeout(&self) -> Duration {
+        Duration::from_secs(self.stream_timeout_secs)
+    }
+    /// Dirtiness limit.
+    pub fn max_dirtiness(&self) -> Duration {
+        Duration::from_secs(self.max_circuit_dirtiness_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+data_dir = "/tmp/x"
+socks_listen = "127.0.0.1:9999"
+testing_network = true
+paths_needed_to_build_circuits = 0.67
+[[authority]]
+nickname = "auth0"
+v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
+fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
+dir_addr = "127.0.0.1:7000"
+or_addr = "127.0.0.1:5000"
+"#;
+
+    #[test]
+    fn parses_launcher_schema() {
+        let c = ClientConfig::parse(GOOD).unwrap();
+        assert_eq!(c.authorities.len(), 1);
+        assert!(c.testing_network);
+        assert_eq!(c.socks_listen.port(), 9999);
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        assert!(ClientConfig::parse("data_dir = \"/x\"").is_err());
+        let bad = GOOD.replace(
+            "0123456789ABCDEF0123456789ABCDEF01234567\"\nfingerprint",
+            "XYZ\"\nfingerprint",
+        );
+        assert!(ClientConfig::parse(&bad).is_err());
+        let public = GOOD.replace("127.0.0.1:9999", "0.0.0.0:9999");
+        assert!(ClientConfig::parse(&public).is_err());
+        let unknown = format!("{GOOD}\nbogus = 1\n");
+        assert!(ClientConfig::parse(&unknown).is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! Adapters from `onionmix-crypto` to the interfaces the protocol
+//! machines use.
+
+use onionmix_cell::CellBody;
+use onionmix_crypto::{NtorClient, Tor1Layer};
+use onionmix_proto::channel::{ProvenIds, ResponderVerifier};
+use onionmix_proto::layer::{ClientLayer, RelayLayer};
+
+use crate::client::circuit::HopTarget;
+
+/// tor1 relay crypto as a circuit layer (client or relay side).
+pub struct Tor1(pub Tor1Layer);
+
+impl ClientLayer for Tor1 {
+    fn originate_forward(&mut self, body: &mut CellBody) -> [u8; 20] {
+        self.0.originate_forward(body)
+    }
+    fn encrypt_forward(&mut self, body: &mut CellBody) {
+        self.0.encrypt_forward(body)
+    }
+    fn decrypt_backward(&mut self, body: &mut CellBody) -> Option<[u8; 20]> {
+        self.0.decrypt_backward(body)
+    }
+}
+
+impl RelayLayer for Tor1 {
+    fn decrypt_forward(&mut self, body: &mut CellBody) -> Option<[u8; 20]> {
+        self.0.decrypt_forward(body)
+    }
+    fn originate_backward(&mut self, body: &mut CellBody) -> [u8; 20] {
+        self.0.originate_backward(body)
+    }
+    fn encrypt_backward(&mut self, body: &mut CellBody) {
+        self.0.encrypt_backward(body)
+    }
+}
+
+/// Start an ntor handshake with `hop`.
+pub fn ntor_start(hop: &HopTarget) -> (NtorClient, Vec<u8>) {
+    let mut rng = rand::rngs::OsRng;
+    let (st, skin) = NtorClient::new(hop.rsa_id, hop.ntor_key, &mut rng);
+    (st, skin.to_vec())
+}
+
+/// Finish the handshake and build the hop's layer.
+pub fn ntor_finish(st: NtorClient, reply: &[u8]) -> Result<Box<dyn ClientLayer>, String> {
+    let keys = st.finish(reply).map_err(|e| e.to_string())?;
+    Ok(Box::new(Tor1(Tor1Layer::new(&keys))))
+}
+
+/// Checks responder CERTS cells with `onionmix-crypto`.
+pub struct CryptoVerifier;
+
+impl ResponderVerifier for CryptoVerifier {
+    fn verify(
+        &self,
+        certs: &onionmix_cell::chan::Certs,
+        tls_cert_sha256: &[u8; 32],
+        now_unix: u64,
+    ) -> Result<ProvenIds, String> {
+        let ids = onionmix_crypto::link_auth::verify_responder_certs(
+            &certs.certs,
+            tls_cert_sha256,
+            now_unix,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(ProvenIds {
+            rsa_id: ids.rsa_id,
+            ed_id: ids.ed_id,
+            rsa_key_sha256: sha256(&ids.rsa_key.to_der()),
+        })
+    }
+}
+
+/// The verifier clients use.
+pub fn responder_verifier() -> Box<dyn ResponderVerifier> {
+    Box::new(CryptoVerifier)
+}
+
+/// A relay's link identity: its keys and TLS certificate, and the CERTS
+/// payloads derived from them.
+pub struct RelayLinkIdentity {
+    keys: onionmix_crypto::keys::RelayKeys,
+    responder_certs: Vec<u8>,
+    initiator_certs: Vec<u8>,
+    sid: [u8; 32],
+    scert: [u8; 32],
+}
+
+impl RelayLinkIdentity {
+    /// Build from a relay's keys and its current TLS identity.
+    pub fn new(
+        keys: onionmix_crypto::keys::RelayKeys,
+        tls: &onionmix_crypto::x509::TlsIdentity,
+        now_unix: u64,
+    ) -> Result<Self, String> {
+        use onionmix_crypto::link_auth::encode_certs_payload;
+        let mut rng = rand::rngs::OsRng;
+        let responder = keys
+            .responder_certs(&mut rng, tls, now_unix)
+            .map_err(|e| e.to_string())?;
+        let initiator = keys
+            .initiator_certs(&mut rng, now_unix)
+            .map_err(|e| e.to_string())?;
+        let sid = sha256(&keys.rsa_identity.public().to_der());
+        Ok(RelayLinkIdentity {
+            responder_certs: encode_certs_payload(&responder),
+            initiator_certs: encode_certs_payload(&initiator),
+            sid,
+            scert: tls.cert_sha256,
+            keys,
+        })
+    }
+    /// The relay keys.
+    pub fn keys(&self) -> &onionmix_crypto::keys::RelayKeys {
+        &self.keys
+    }
+}
+
+fn sha256(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).into()
+}
+
+impl onionmix_proto::channel::ResponderIdentity for RelayLinkIdentity {
+    fn certs_payload(&self) -> &[u8] {
+        &self.responder_certs
+    }
+    fn verify_initiator(
+        &self,
+        certs: &onionmix_cell::chan::Certs,
+        authenticate: &[u8],
+        slog: [u8; 32],
+        clog: [u8; 32],
+        exporter: &dyn Fn(&[u8; 32]) -> Option<[u8; 32]>,
+        now_unix: u64,
+    ) -> Result<ProvenIds, String> {
+        use onionmix_crypto::link_auth::{
+            Auth3Fields, verify_authenticate, verify_initiator_certs,
+        };
+        let peer = verify_initiator_certs(&certs.certs, now_unix).map_err(|e| e.to_string())?;
+        let auth_key = peer
+            .auth_key
+            .ok_or("initiator sent no authentication key")?;
+        let tlssecrets = exporter(&peer.ed_id).ok_or("TLS exporter unavailable")?;
+        let fields = Auth3Fields {
+            cid: sha256(&peer.rsa_key.to_der()),
+            sid: self.sid,
+            cid_ed: peer.ed_id,
+            sid_ed: self.keys.ed_id(),
+            slog,
+            clog,
+            scert: self.scert,
+            tlssecrets,
+        };
+        verify_authenticate(&fields, authenticate, &auth_key).map_err(|e| e.to_string())?;
+        Ok(ProvenIds {
+            rsa_id: peer.rsa_id,
+            ed_id: peer.ed_id,
+            rsa_key_sha256: sha256(&peer.rsa_key.to_der()),
+        })
+    }
+}
+
+/// A relay initiator's authentication for one connection (the TLS
+/// exporter output is per connection).
+pub struct RelayInitiatorAuth<'a> {
+    /// Our identity.
+    pub id: &'a RelayLinkIdentity,
+    /// RFC 5705 exporter output with our Ed25519 identity as context.
+    pub tlssecrets: [u8; 32],
+}
+
+impl onionmix_proto::channel::InitiatorAuth for RelayInitiatorAuth<'_> {
+    fn certs_payload(&self) -> Vec<u8> {
+        self.id.initiator_certs.clone()
+    }
+    fn authenticate_payload(
+        &self,
+        t: &onionmix_proto::channel::AuthTranscript,
+    ) -> Result<Vec<u8>, String> {
+        use onionmix_crypto::link_auth::{Auth3Fields, build_authenticate_payload};
+        let fields = Auth3Fields {
+            cid: self.id.sid,
+            sid: t.responder_rsa_key_sha256,
+            cid_ed: self.id.keys.ed_id(),
+            sid_ed: t.responder.ed_id,
+            slog: t.slog,
+            clog: t.clog,
+            scert: t.scert,
+            tlssecrets: self.tlssecrets,
+        };
+        Ok(build_authenticate_payload(
+            &fields,
+            &self.id.keys.ed_link_auth,
+            &mut rand::rngs::OsRng,
+        ))
+    }
+}

@@ -1,0 +1,91 @@
+//! Helpers for tests that start stock `tor` processes.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether stock tor is available; prints a skip message (or panics when
+/// ONIONMIX_REQUIRE_INTEROP=1) if not.
+pub fn tor_available(test: &str) -> bool {
+    let ok = Command::new("tor")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
+            panic!(
+                "{test}: stock tor is required (ONIONMIX_REQUIRE_INTEROP=1) but `tor` is not on PATH; install it with: apt-get install -y tor"
+            );
+        }
+        eprintln!("SKIP {test}: stock tor not found; install it with: apt-get install -y tor");
+    }
+    ok
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// A tor process killed on drop.
+pub struct TorProc {
+    pub child: Child,
+    pub dir: PathBuf,
+}
+
+impl Drop for TorProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start tor with `torrc` text in `dir`.
+pub fn start_tor(dir: &Path, torrc: &str) -> TorProc {
+    let path = dir.join("torrc");
+    std::fs::write(&path, torrc).expect("write torrc");
+    let log = std::fs::File::create(dir.join("tor.log")).expect("create log");
+    let child = Command::new("tor")
+        .arg("-f")
+        .arg(&path)
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn tor");
+    TorProc {
+        child,
+        dir: dir.to_owned(),
+    }
+}
+
+/// Wait until `f` returns Some, or panic with the tor log tail.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    log: &Path,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(30).collect();
+            panic!(
+                "timed out waiting for {what}; log tail:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

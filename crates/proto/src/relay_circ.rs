@@ -1,0 +1,323 @@
+//! A circuit as a relay sees it (sans-IO): the forward layer, what to do
+//! with each cell travelling away from the client, and — when this relay is
+//! the exit — the streams and flow-control windows.
+//!
+//! The backward layer lives separately (see `onionmix-node`'s relay) because
+//! cells travelling towards the client are encrypted by whichever task
+//! receives them; this machine only decides.
+
+use std::collections::HashMap;
+
+use onionmix_cell::chan::destroy_reason;
+use onionmix_cell::relay::{Begin, Extend2, RelayMsg, Sendme};
+use onionmix_cell::{CellBody, CellError};
+
+use crate::flow::{DeliverWindow, FlowError};
+use crate::layer::RelayLayer;
+
+/// Most RELAY_EARLY cells accepted on one circuit (tor-spec §5.6).
+pub const MAX_RELAY_EARLY_IN: u8 = 8;
+/// Most streams on one exit circuit.
+pub const MAX_EXIT_STREAMS: usize = 512;
+
+/// What to do with a cell that came from the client side.
+#[derive(Debug)]
+pub enum Inbound<'a> {
+    /// Not for us: pass it to the next hop (already decrypted one layer).
+    Forward {
+        /// Keep it a RELAY_EARLY cell.
+        early: bool,
+    },
+    /// EXTEND2: connect to the next relay and send CREATE2.
+    Extend(Extend2),
+    /// BEGIN: open an exit connection.
+    Begin {
+        /// Stream.
+        stream: u16,
+        /// Target.
+        begin: Begin,
+    },
+    /// BEGIN_DIR: open a directory stream to ourselves.
+    BeginDir {
+        /// Stream.
+        stream: u16,
+    },
+    /// RESOLVE a name.
+    Resolve {
+        /// Stream.
+        stream: u16,
+        /// Name.
+        name: String,
+    },
+    /// Stream data to deliver.
+    Data {
+        /// Stream.
+        stream: u16,
+        /// Bytes (borrowed from the cell).
+        data: &'a [u8],
+    },
+    /// The client ended a stream.
+    End {
+        /// Stream.
+        stream: u16,
+        /// Reason.
+        reason: u8,
+    },
+    /// A SENDME opened a package window (stream 0: the circuit, with the
+    /// v1 tag to check against the digests we recorded).
+    Sendme {
+        /// Stream (0: circuit).
+        stream: u16,
+        /// Authenticated SENDME tag, if any.
+        tag: Option<[u8; 20]>,
+    },
+    /// TRUNCATE: destroy the next hop and answer TRUNCATED.
+    Truncate,
+    /// Nothing to do (DROP, unknown commands, data for closed streams).
+    Nothing,
+}
+
+/// Errors that tear the circuit down.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayCircError {
+    /// Bad message.
+    #[error("malformed relay message: {0}")]
+    Cell(#[from] CellError),
+    /// Flow control broken.
+    #[error("flow control: {0}")]
+    Flow(#[from] FlowError),
+    /// Other violation.
+    #[error("protocol violation: {0}")]
+    Protocol(&'static str),
+}
+
+impl RelayCircError {
+    /// DESTROY reason to send.
+    pub fn destroy_reason(&self) -> u8 {
+        destroy_reason::PROTOCOL
+    }
+}
+
+/// The outcome of handling one inbound cell.
+#[derive(Debug)]
+pub struct Handled<'a> {
+    /// What to do.
+    pub action: Inbound<'a>,
+    /// A circuit-level SENDME v1 is due with this digest (100 DATA cells
+    /// received): send it towards the client.
+    pub circ_sendme: Option<[u8; 20]>,
+}
+
+#[derive(Debug)]
+struct ExitStream {
+    deliver: DeliverWindow,
+}
+
+/// The relay-side, client-facing half of a circuit.
+pub struct RelayCircuit {
+    fwd: Box<dyn RelayLayer>,
+    relay_early_seen: u8,
+    has_next: bool,
+    extending: bool,
+    deliver: DeliverWindow,
+    streams: HashMap<u16, ExitStream>,
+}
+
+impl std::fmt::Debug for RelayCircuit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayCircuit")
+            .field("has_next", &self.has_next)
+            .field("streams", &self.streams.len())
+            .finish()
+    }
+}
+
+impl RelayCircuit {
+    /// A new circuit whose forward layer is `fwd`.
+    pub fn new(fwd: Box<dyn RelayLayer>) -> Self {
+        RelayCircuit {
+            fwd,
+            relay_early_seen: 0,
+            has_next: false,
+            extending: false,
+            deliver: DeliverWindow::circuit(),
+            streams: HashMap::new(),
+        }
+    }
+
+    /// Whether this relay has extended the circuit.
+    pub fn has_next(&self) -> bool {
+        self.has_next
+    }
+    /// Record that the extension finished (or failed: `ok` false).
+    pub fn extended(&mut self, ok: bool) {
+        self.extending = false;
+        self.has_next = ok;
+    }
+    /// The next hop went away.
+    pub fn next_gone(&mut self) {
+        self.has_next = false;
+        self.extending = false;
+    }
+
+    /// Handle a RELAY / RELAY_EARLY cell from the client side. The body is
+    /// decrypted in place by one layer.
+    pub fn handle_inbound<'a>(
+        &mut self,
+        early: bool,
+        body: &'a mut CellBody,
+    ) -> Result<Handled<'a>, RelayCircError> {
+        if early {
+            self.relay_early_seen = self.relay_early_seen.saturating_add(1);
+            if self.relay_early_seen > MAX_RELAY_EARLY_IN {
+                return Err(RelayCircError::Protocol("too many RELAY_EARLY cells"));
+            }
+        }
+        let Some(digest) = self.fwd.decrypt_forward(body) else {
+            if self.has_next {
+                return Ok(Handled {
+                    action: Inbound::Forward { early },
+                    circ_sendme: None,
+                });
+            }
+            return Err(RelayCircError::Protocol(
+                "unrecognized cell on a circuit that ends here",
+            ));
+        };
+        let body: &'a CellBody = body;
+        let (sid, msg) = RelayMsg::decode(body)?;
+        let mut circ_sendme = None;
+        let action = match msg {
+            RelayMsg::Extend2(e) => {
+                if !early {
+                    return Err(RelayCircError::Protocol("EXTEND2 not in RELAY_EARLY"));
+                }
+                if self.has_next || self.extending {
+                    return Err(RelayCircError::Protocol("circuit already extended"));
+                }
+                if !self.streams.is_empty() {
+                    return Err(RelayCircError::Protocol(
+                        "EXTEND2 on a circuit with streams",
+                    ));
+                }
+                self.extending = true;
+                Inbound::Extend(e)
+            }
+            RelayMsg::Begin(b) => {
+                self.check_new_stream(sid)?;
+                Inbound::Begin {
+                    stream: sid,
+                    begin: b,
+                }
+            }
+            RelayMsg::BeginDir => {
+                self.check_new_stream(sid)?;
+                Inbound::BeginDir { stream: sid }
+            }
+            RelayMsg::Resolve(name) => {
+                if sid == 0 {
+                    return Err(RelayCircError::Protocol("RESOLVE with stream 0"));
+                }
+                Inbound::Resolve { stream: sid, name }
+            }
+            RelayMsg::Data(d) => {
+                if sid == 0 {
+                    return Err(RelayCircError::Protocol("DATA with stream 0"));
+                }
+                self.deliver.on_received()?;
+                if self.deliver.sendme_due() {
+                    self.deliver.on_sendme_sent();
+                    circ_sendme = Some(digest);
+                }
+                if let Some(s) = self.streams.get_mut(&sid) {
+                    s.deliver.on_received()?;
+                    Inbound::Data {
+                        stream: sid,
+                        data: d,
+                    }
+                } else {
+                    Inbound::Nothing
+                }
+            }
+            RelayMsg::End(e) => {
+                self.streams.remove(&sid);
+                Inbound::End {
+                    stream: sid,
+                    reason: e.reason,
+                }
+            }
+            RelayMsg::Sendme(m) => Inbound::Sendme {
+                stream: sid,
+                tag: sendme_tag(&m),
+            },
+            RelayMsg::Truncate => Inbound::Truncate,
+            RelayMsg::Drop | RelayMsg::Unknown(..) => Inbound::Nothing,
+            RelayMsg::Connected(_)
+            | RelayMsg::Resolved(_)
+            | RelayMsg::Extended2(_)
+            | RelayMsg::Truncated(_) => {
+                return Err(RelayCircError::Protocol(
+                    "backward-only command from client",
+                ));
+            }
+        };
+        Ok(Handled {
+            action,
+            circ_sendme,
+        })
+    }
+
+    /// A stream ended from the exit side (connect failed, target closed).
+    pub fn stream_closed(&mut self, sid: u16) {
+        self.streams.remove(&sid);
+    }
+
+    /// The exit's application side consumed a window increment on `sid`:
+    /// whether a stream SENDME should be sent now.
+    pub fn stream_drained(&mut self, sid: u16) -> bool {
+        match self.streams.get_mut(&sid) {
+            Some(s) if s.deliver.sendme_due() => {
+                s.deliver.on_sendme_sent();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Number of open exit streams.
+    pub fn n_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    fn check_new_stream(&mut self, sid: u16) -> Result<(), RelayCircError> {
+        if sid == 0 {
+            return Err(RelayCircError::Protocol("stream ID 0"));
+        }
+        if self.has_next {
+            return Err(RelayCircError::Protocol(
+                "BEGIN on a circuit that continues",
+            ));
+        }
+        if self.streams.contains_key(&sid) {
+            return Err(RelayCircError::Protocol("duplicate stream ID"));
+        }
+        if self.streams.len() >= MAX_EXIT_STREAMS {
+            return Err(RelayCircError::Protocol("too many streams"));
+        }
+        self.streams.insert(
+            sid,
+            ExitStream {
+                deliver: DeliverWindow::stream(),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Parse an authenticated SENDME body for circuit-level checks.
+pub fn sendme_tag(msg: &Sendme) -> Option<[u8; 20]> {
+    match msg {
+        Sendme::Authenticated(t) => Some(*t),
+        Sendme::Unauthenticated => None,
+    }
+}
