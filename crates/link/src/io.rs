@@ -74,6 +74,10 @@ impl ChannelWriter {
             notified.await;
         }
     }
+    /// Whether two writers feed the same channel.
+    pub fn same_channel(&self, other: &ChannelWriter) -> bool {
+        Arc::ptr_eq(&self.queued, &other.queued)
+    }
     /// Stop the writer (after flushing what is queued).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);

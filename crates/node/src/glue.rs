@@ -104,8 +104,8 @@ impl RelayLinkIdentity {
             .map_err(|e| e.to_string())?;
         let sid = sha256(&keys.rsa_identity.public().to_der());
         Ok(RelayLinkIdentity {
-            responder_certs: encode_certs_payload(&responder),
-            initiator_certs: encode_certs_payload(&initiator),
+            responder_certs: encode_certs_payload(&responder).map_err(|e| e.to_string())?,
+            initiator_certs: encode_certs_payload(&initiator).map_err(|e| e.to_string())?,
             sid,
             scert: tls.cert_sha256,
             keys,

@@ -5,3 +5,4 @@
 pub mod client;
 pub mod glue;
 pub mod reactor;
+pub mod relay;

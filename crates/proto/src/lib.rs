@@ -6,6 +6,7 @@
 
 pub mod channel;
 pub mod client_circ;
+pub mod exitpolicy;
 pub mod flow;
 pub mod layer;
 pub mod relay_circ;

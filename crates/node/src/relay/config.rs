@@ -1,0 +1,195 @@
+//! Relay configuration (TOML). Documented in `docs/relay.md`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::client::config::AuthorityEntry;
+use onionmix_proto::exitpolicy::ExitPolicy;
+
+/// `onionmix relay` configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// Where keys and state live.
+    pub data_dir: PathBuf,
+    /// Relay nickname (1-19 alphanumeric characters).
+    pub nickname: String,
+    /// Address to listen on for ORPort connections.
+    pub or_listen: SocketAddr,
+    /// Address advertised in the descriptor (defaults to `or_listen`'s IP).
+    #[serde(default)]
+    pub address: Option<IpAddr>,
+    /// Act as an exit.
+    #[serde(default)]
+    pub exit: bool,
+    /// Exit policy lines in tor syntax (used when `exit` is set). Default:
+    /// `accept *:*` after tor's default rejections.
+    #[serde(default)]
+    pub exit_policy: Vec<String>,
+    /// Reject private/local addresses before the policy (tor's
+    /// ExitPolicyRejectPrivate, on by default).
+    #[serde(default = "yes")]
+    pub exit_policy_reject_private: bool,
+    /// Trusted directory authorities (descriptors are uploaded to each).
+    #[serde(rename = "authority", default)]
+    pub authorities: Vec<AuthorityEntry>,
+    /// Contact info for the descriptor.
+    #[serde(default)]
+    pub contact: Option<String>,
+    /// Advertised bandwidth in bytes/s (rate, burst, observed).
+    #[serde(default = "default_bw")]
+    pub bandwidth: u64,
+    /// Private network: allow extending to private addresses, short
+    /// publication intervals.
+    #[serde(default)]
+    pub testing_network: bool,
+    /// Most circuits one connection (peer) may have open.
+    #[serde(default = "default_circs_per_chan")]
+    pub max_circuits_per_channel: usize,
+    /// CREATE2 cells per second allowed per connection (burst = 2x).
+    #[serde(default = "default_create_rate")]
+    pub create_rate_per_channel: u32,
+    /// Most circuits overall.
+    #[serde(default = "default_max_circs")]
+    pub max_circuits: usize,
+    /// Most open connections (channels).
+    #[serde(default = "default_max_chans")]
+    pub max_channels: usize,
+    /// Worker threads (0: one per core).
+    #[serde(default)]
+    pub threads: usize,
+    /// Seconds between descriptor uploads.
+    #[serde(default = "default_publish")]
+    pub publish_interval_secs: u64,
+    /// Family members (hex fingerprints, `$`-prefixed or not).
+    #[serde(default)]
+    pub family: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_bw() -> u64 {
+    10 * 1024 * 1024
+}
+fn default_circs_per_chan() -> usize {
+    1024
+}
+fn default_create_rate() -> u32 {
+    100
+}
+fn default_max_circs() -> usize {
+    65536
+}
+fn default_max_chans() -> usize {
+    4096
+}
+fn default_publish() -> u64 {
+    18 * 3600
+}
+
+/// Tor's default exit policy after the private-address rejections.
+pub const TOR_DEFAULT_EXIT_POLICY: &[&str] = &[
+    "reject *:25",
+    "reject *:119",
+    "reject *:135-139",
+    "reject *:445",
+    "reject *:563",
+    "reject *:1214",
+    "reject *:4661-4666",
+    "reject *:6346-6429",
+    "reject *:6699",
+    "reject *:6881-6999",
+    "accept *:*",
+];
+
+impl RelayConfig {
+    /// Load and validate.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parse and validate.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let c: RelayConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        if c.nickname.is_empty()
+            || c.nickname.len() > 19
+            || !c.nickname.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
+            return Err(format!(
+                "nickname {:?} must be 1-19 alphanumeric characters",
+                c.nickname
+            ));
+        }
+        c.exit_policy()?;
+        Ok(c)
+    }
+
+    /// The effective exit policy.
+    pub fn exit_policy(&self) -> Result<ExitPolicy, String> {
+        if !self.exit {
+            return Ok(ExitPolicy::reject_all());
+        }
+        let mut p = if self.exit_policy.is_empty() {
+            ExitPolicy::parse(TOR_DEFAULT_EXIT_POLICY)
+        } else {
+            ExitPolicy::parse(&self.exit_policy)
+        }
+        .map_err(|e| e.to_string())?;
+        if self.exit_policy_reject_private {
+            p = p.with_private_rejected();
+        }
+        // A policy without a final catch-all ends in "reject *:*", as tor's does.
+        p.rules.push(onionmix_proto::exitpolicy::Rule {
+            accept: false,
+            addr: None,
+            family: onionmix_proto::exitpolicy::Family::Any,
+            ports: (1, 65535),
+        });
+        Ok(p)
+    }
+
+    /// Advertised address.
+    pub fn advertised_ip(&self) -> IpAddr {
+        self.address.unwrap_or(self.or_listen.ip())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_policy() {
+        let c = RelayConfig::parse(
+            r#"
+data_dir = "/tmp/r"
+nickname = "relay0"
+or_listen = "127.0.0.1:5000"
+exit = true
+exit_policy = ["accept 127.0.0.0/8:*"]
+exit_policy_reject_private = false
+"#,
+        )
+        .unwrap();
+        let p = c.exit_policy().unwrap();
+        assert!(p.allows(&"127.0.0.1".parse().unwrap(), 80));
+        assert!(!p.allows(&"8.8.8.8".parse().unwrap(), 80));
+        assert!(
+            RelayConfig::parse("data_dir='/x'\nnickname='bad name'\nor_listen='127.0.0.1:1'")
+                .is_err()
+        );
+        let non_exit =
+            RelayConfig::parse("data_dir='/x'\nnickname='r'\nor_listen='127.0.0.1:1'").unwrap();
+        assert!(
+            !non_exit
+                .exit_policy()
+                .unwrap()
+                .allows(&"8.8.8.8".parse().unwrap(), 80)
+        );
+    }
+}

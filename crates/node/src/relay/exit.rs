@@ -1,0 +1,344 @@
+//! Exit streams: BEGIN (connect with exit policy and timeouts), RESOLVE,
+//! BEGIN_DIR, and the data pump between a TCP connection and the circuit.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc};
+use tracing::debug;
+
+use onionmix_cell::RELAY_DATA_LEN;
+use onionmix_cell::relay::{
+    Begin, Connected, End, RelayCmd, ResolvedAnswer, TargetHost, begin_flags, encode_resolved,
+    end_reason,
+};
+use onionmix_proto::flow::STREAM_WINDOW_INC;
+
+use super::RelayCtx;
+use super::reactor::{RCmd, RelayChanHandle, SharedCirc, originate_backward};
+
+/// Queue depth for client->target data (above the stream window of 500).
+pub const STREAM_QUEUE: usize = 520;
+/// Time allowed for DNS resolution at the exit.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for the TCP connect at the exit.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// TTL we report for addresses.
+pub const ANSWER_TTL: u32 = 300;
+/// Largest directory request accepted over BEGIN_DIR.
+pub const MAX_DIR_REQUEST: usize = 16 * 1024;
+/// Idle time after which an exit stream is closed.
+pub const STREAM_IDLE: Duration = Duration::from_secs(3600);
+
+/// What the client asked for.
+#[derive(Debug)]
+pub enum Request {
+    /// BEGIN.
+    Connect(Begin),
+    /// BEGIN_DIR.
+    Dir,
+    /// RESOLVE.
+    Resolve(String),
+}
+
+/// One exit stream task's state.
+pub struct ExitStream {
+    /// Relay context.
+    pub ctx: Arc<RelayCtx>,
+    /// The client-side channel.
+    pub origin: RelayChanHandle,
+    /// Circuit ID on it.
+    pub circ_id: u32,
+    /// Stream ID.
+    pub stream: u16,
+    /// Circuit crypto.
+    pub shared: SharedCirc,
+    /// Circuit package-window credits.
+    pub circ_credits: Arc<Semaphore>,
+    /// Stream package-window credits.
+    pub credits: Arc<Semaphore>,
+    /// Data from the client.
+    pub data: mpsc::Receiver<Bytes>,
+}
+
+impl ExitStream {
+    fn send(&self, cmd: RelayCmd, data: &[u8]) -> bool {
+        originate_backward(
+            &self.shared,
+            &self.origin,
+            self.circ_id,
+            cmd,
+            self.stream,
+            data,
+        )
+    }
+    fn end(&self, reason: u8) {
+        self.send(RelayCmd::END, &End::new(reason).encode());
+        self.closed();
+    }
+    fn closed(&self) {
+        self.origin.send(RCmd::StreamClosed {
+            circ_id: self.circ_id,
+            stream: self.stream,
+        });
+    }
+    async fn send_data(&self, mut data: &[u8]) -> bool {
+        while !data.is_empty() {
+            let n = data.len().min(RELAY_DATA_LEN);
+            match self.credits.acquire().await {
+                Ok(p) => p.forget(),
+                Err(_) => return false,
+            }
+            match self.circ_credits.acquire().await {
+                Ok(p) => p.forget(),
+                Err(_) => return false,
+            }
+            if !self.send(RelayCmd::DATA, &data[..n]) {
+                return false;
+            }
+            // Backpressure on the client link.
+            let hw = onionmix_link::io::DEFAULT_HIGH_WATER;
+            if self.origin.writer.queued_bytes() >= hw {
+                self.origin.writer.wait_below(hw).await;
+            }
+            data = &data[n..];
+        }
+        true
+    }
+}
+
+/// Run one exit stream to completion.
+pub async fn run(s: ExitStream, req: Request) {
+    s.ctx.stats.streams.fetch_add(1, Ordering::Relaxed);
+    match req {
+        Request::Connect(b) => connect(s, b).await,
+        Request::Resolve(name) => resolve(s, name).await,
+        Request::Dir => dir(s).await,
+    }
+}
+
+async fn lookup(host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+        Ok(Ok(addrs)) => {
+            let v: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
+            if v.is_empty() {
+                Err(end_reason::RESOLVEFAILED)
+            } else {
+                Ok(v)
+            }
+        }
+        Ok(Err(_)) => Err(end_reason::RESOLVEFAILED),
+        Err(_) => Err(end_reason::TIMEOUT),
+    }
+}
+
+async fn connect(mut s: ExitStream, b: Begin) {
+    if !s.ctx.cfg.exit {
+        s.end(end_reason::EXITPOLICY);
+        return;
+    }
+    let candidates = match &b.host {
+        TargetHost::Ip(ip) => vec![*ip],
+        TargetHost::Hostname(h) => match lookup(h, b.port).await {
+            Ok(v) => v,
+            Err(r) => {
+                s.end(r);
+                return;
+            }
+        },
+    };
+    let v4_ok = b.flags & begin_flags::IPV4_NOT_OK == 0;
+    let v6_ok =
+        b.flags & begin_flags::IPV6_OK != 0 || matches!(b.host, TargetHost::Ip(IpAddr::V6(_)));
+    let mut usable: Vec<IpAddr> = candidates
+        .iter()
+        .copied()
+        .filter(|a| (a.is_ipv4() && v4_ok) || (a.is_ipv6() && v6_ok))
+        .collect();
+    if b.flags & begin_flags::IPV6_PREFERRED != 0 {
+        usable.sort_by_key(|a| a.is_ipv4());
+    }
+    let Some(&addr) = usable.iter().find(|a| s.ctx.exit_policy.allows(a, b.port)) else {
+        let refused = usable.first().or(candidates.first()).copied();
+        let end = End {
+            reason: if refused.is_some() {
+                end_reason::EXITPOLICY
+            } else {
+                end_reason::RESOLVEFAILED
+            },
+            addr: refused.map(|a| (a, ANSWER_TTL)),
+        };
+        s.send(RelayCmd::END, &end.encode());
+        s.closed();
+        return;
+    };
+    let sock = match tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        TcpStream::connect(SocketAddr::new(addr, b.port)),
+    )
+    .await
+    {
+        Ok(Ok(sock)) => sock,
+        Ok(Err(e)) => {
+            let reason = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => end_reason::CONNECTREFUSED,
+                std::io::ErrorKind::TimedOut => end_reason::TIMEOUT,
+                std::io::ErrorKind::HostUnreachable | std::io::ErrorKind::NetworkUnreachable => {
+                    end_reason::NOROUTE
+                }
+                std::io::ErrorKind::ConnectionReset => end_reason::CONNRESET,
+                _ => end_reason::MISC,
+            };
+            debug!("exit connect failed: {e}");
+            s.end(reason);
+            return;
+        }
+        Err(_) => {
+            s.end(end_reason::TIMEOUT);
+            return;
+        }
+    };
+    let _ = sock.set_nodelay(true);
+    let connected = Connected {
+        addr: Some((addr, ANSWER_TTL)),
+    };
+    if !s.send(RelayCmd::CONNECTED, &connected.encode()) {
+        return;
+    }
+    pump(&mut s, sock).await;
+}
+
+async fn pump(s: &mut ExitStream, sock: TcpStream) {
+    let (mut rd, mut wr) = sock.into_split();
+    let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
+    let mut cells = 0u16;
+    loop {
+        tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) => {
+                    // Target closed: tell the client (tor sends END DONE).
+                    s.end(end_reason::DONE);
+                    return;
+                }
+                Ok(n) => {
+                    s.ctx.stats.exit_bytes_down.fetch_add(n as u64, Ordering::Relaxed);
+                    if !s.send_data(&buf[..n]).await {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    s.end(end_reason::CONNRESET);
+                    return;
+                }
+            },
+            d = tokio::time::timeout(STREAM_IDLE, s.data.recv()) => match d {
+                Ok(Some(d)) => {
+                    s.ctx.stats.exit_bytes_up.fetch_add(d.len() as u64, Ordering::Relaxed);
+                    if wr.write_all(&d).await.is_err() {
+                        s.end(end_reason::CONNRESET);
+                        return;
+                    }
+                    cells += 1;
+                    if cells == STREAM_WINDOW_INC {
+                        cells = 0;
+                        s.origin.send(RCmd::StreamDrained { circ_id: s.circ_id, stream: s.stream });
+                    }
+                }
+                // The client ended the stream or the circuit died.
+                Ok(None) => {
+                    let _ = wr.shutdown().await;
+                    return;
+                }
+                Err(_) => {
+                    s.end(end_reason::TIMEOUT);
+                    return;
+                }
+            },
+        }
+    }
+}
+
+async fn resolve(s: ExitStream, name: String) {
+    if !s.ctx.cfg.exit {
+        s.send(
+            RelayCmd::RESOLVED,
+            &encode_resolved(&[ResolvedAnswer::NontransientError]),
+        );
+        s.closed();
+        return;
+    }
+    let answers = if name.ends_with(".in-addr.arpa") || name.ends_with(".ip6.arpa") {
+        // Reverse lookups: only the loopback name is known without a
+        // resolver library; everything else is an error answer.
+        if name == "1.0.0.127.in-addr.arpa" {
+            vec![ResolvedAnswer::Hostname("localhost".into(), ANSWER_TTL)]
+        } else {
+            vec![ResolvedAnswer::NontransientError]
+        }
+    } else {
+        match lookup(&name, 0).await {
+            Ok(addrs) => {
+                let mut v: Vec<ResolvedAnswer> = addrs
+                    .into_iter()
+                    .map(|a| ResolvedAnswer::Ip(a, ANSWER_TTL))
+                    .collect();
+                // IPv4 answers first (tor-spec §6.4).
+                v.sort_by_key(|a| !matches!(a, ResolvedAnswer::Ip(IpAddr::V4(_), _)));
+                v.dedup();
+                v
+            }
+            Err(r) if r == end_reason::TIMEOUT => vec![ResolvedAnswer::TransientError],
+            Err(_) => vec![ResolvedAnswer::NontransientError],
+        }
+    };
+    s.send(RelayCmd::RESOLVED, &encode_resolved(&answers));
+    s.closed();
+}
+
+async fn dir(mut s: ExitStream) {
+    let Some(server) = s.ctx.dir.clone() else {
+        s.end(end_reason::NOTDIRECTORY);
+        return;
+    };
+    if !s.send(RelayCmd::CONNECTED, &[]) {
+        return;
+    }
+    let mut req = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), s.data.recv()).await {
+            Ok(Some(d)) => {
+                req.extend_from_slice(&d);
+                if req.len() > MAX_DIR_REQUEST {
+                    s.end(end_reason::TORPROTOCOL);
+                    return;
+                }
+                if req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            Ok(None) => return,
+            Err(_) => {
+                s.end(end_reason::TIMEOUT);
+                return;
+            }
+        }
+    }
+    let resp = server.handle_request(&req).await;
+    if s.send_data(&resp).await {
+        s.end(end_reason::DONE);
+    }
+}
+
+/// Something that answers directory HTTP requests (authorities).
+pub trait DirServer: Send + Sync {
+    /// Answer one raw HTTP request with a raw HTTP response.
+    fn handle_request<'a>(
+        &'a self,
+        req: &'a [u8],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send + 'a>>;
+}

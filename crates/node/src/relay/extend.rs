@@ -1,0 +1,71 @@
+//! EXTEND2 handling: find or open the channel to the next relay (checking
+//! its identity), then ask that channel's reactor to send CREATE2.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tracing::debug;
+
+use onionmix_cell::chan::destroy_reason;
+use onionmix_cell::relay::Extend2;
+
+use super::RelayCtx;
+use super::reactor::{PrevLink, RCmd};
+
+/// Carry out one extension for the circuit `prev`.
+pub async fn extend(ctx: Arc<RelayCtx>, prev: PrevLink, e: Extend2) {
+    let fail = |reason: u8| {
+        prev.chan.send(RCmd::ExtendFailed {
+            circ_id: prev.circ_id,
+            reason,
+        });
+    };
+    let Some(rsa_id) = e.rsa_id() else {
+        debug!("EXTEND2 without an RSA identity");
+        fail(destroy_reason::PROTOCOL);
+        return;
+    };
+    let addr: Option<SocketAddr> = e
+        .ipv4()
+        .map(SocketAddr::V4)
+        .or(e.ipv6().map(SocketAddr::V6));
+    let Some(addr) = addr else {
+        fail(destroy_reason::PROTOCOL);
+        return;
+    };
+    if !ctx.cfg.testing_network && !is_public(&addr) {
+        debug!("refusing to extend to a private address");
+        fail(destroy_reason::CONNECTFAILED);
+        return;
+    }
+    if rsa_id == ctx.rsa_id {
+        // Extending to ourselves is pointless and tor refuses it.
+        fail(destroy_reason::PROTOCOL);
+        return;
+    }
+    match ctx
+        .channels
+        .get_or_connect(&ctx, rsa_id, e.ed_id(), addr)
+        .await
+    {
+        Ok(next) => {
+            next.send(RCmd::CreateFor {
+                create2: e.create,
+                prev,
+            });
+        }
+        Err(err) => {
+            debug!("extend failed: {err}");
+            fail(destroy_reason::CONNECTFAILED);
+        }
+    }
+}
+
+fn is_public(a: &SocketAddr) -> bool {
+    match a.ip() {
+        std::net::IpAddr::V4(v) => {
+            !(v.is_private() || v.is_loopback() || v.is_link_local() || v.is_unspecified())
+        }
+        std::net::IpAddr::V6(v) => !(v.is_loopback() || v.is_unspecified()),
+    }
+}

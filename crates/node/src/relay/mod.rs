@@ -1,0 +1,370 @@
+//! The relay: accepts links, answers CREATE2, forwards cells, extends
+//! circuits, and (as an exit) connects streams.
+
+pub mod config;
+pub mod exit;
+pub mod extend;
+pub mod reactor;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, warn};
+
+use onionmix_crypto::NtorSecretKey;
+use onionmix_crypto::keys::RelayKeys;
+use onionmix_crypto::x509::TlsIdentity;
+use onionmix_link::{TlsTransport, spawn_channel_io};
+use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandshake};
+use onionmix_proto::exitpolicy::ExitPolicy;
+
+use crate::glue::{RelayInitiatorAuth, RelayLinkIdentity, responder_verifier};
+use config::RelayConfig;
+use exit::DirServer;
+use reactor::{RelayChanHandle, spawn_relay_reactor};
+
+/// Time allowed for an inbound or outbound link handshake.
+pub const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Lifetime of our TLS link certificate.
+pub const TLS_CERT_LIFETIME: u64 = 7 * 24 * 3600;
+
+/// Counters a relay keeps (exported by `status` and tests).
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    /// Open channels.
+    pub channels: AtomicUsize,
+    /// Open circuits (both roles).
+    pub circuits: AtomicUsize,
+    /// Circuits created since start.
+    pub circuits_created: AtomicU64,
+    /// CREATE2 cells refused by DoS limits.
+    pub creates_refused: AtomicU64,
+    /// Relay cells forwarded.
+    pub cells_forwarded: AtomicU64,
+    /// Exit streams opened.
+    pub streams: AtomicU64,
+    /// Bytes from targets to clients.
+    pub exit_bytes_down: AtomicU64,
+    /// Bytes from clients to targets.
+    pub exit_bytes_up: AtomicU64,
+}
+
+/// Everything the relay's tasks share.
+pub struct RelayCtx {
+    /// Configuration.
+    pub cfg: RelayConfig,
+    /// Our RSA identity digest.
+    pub rsa_id: [u8; 20],
+    /// Our Ed25519 identity.
+    pub ed_id: [u8; 32],
+    ntor: RwLock<Vec<NtorSecretKey>>,
+    link: RwLock<(Arc<RelayLinkIdentity>, TlsTransport)>,
+    /// Effective exit policy.
+    pub exit_policy: ExitPolicy,
+    /// Open relay channels by peer identity.
+    pub channels: ChannelRegistry,
+    /// Counters.
+    pub stats: RelayStats,
+    /// Directory service for BEGIN_DIR (authorities).
+    pub dir: Option<Arc<dyn DirServer>>,
+}
+
+impl RelayCtx {
+    /// Current ntor keys (current first).
+    pub fn ntor_keys(&self) -> Vec<NtorSecretKey> {
+        self.ntor.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Replace the ntor keys (rotation).
+    pub fn set_ntor_keys(&self, k: Vec<NtorSecretKey>) {
+        *self.ntor.write().unwrap_or_else(|e| e.into_inner()) = k;
+    }
+    fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
+        self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Build a relay context from config and keys.
+pub fn make_ctx(
+    cfg: RelayConfig,
+    keys: RelayKeys,
+    dir: Option<Arc<dyn DirServer>>,
+) -> Result<Arc<RelayCtx>, String> {
+    let now = now_unix();
+    let tls = TlsIdentity::generate(
+        &mut rand::rngs::OsRng,
+        &keys.rsa_identity,
+        now,
+        TLS_CERT_LIFETIME,
+    )
+    .map_err(|e| format!("TLS identity: {e}"))?;
+    let transport = TlsTransport::server(tls.cert_der.clone(), tls.key_pkcs8_der.to_vec())
+        .map_err(|e| format!("TLS config: {e}"))?;
+    let rsa_id = keys.rsa_id();
+    let ed_id = keys.ed_id();
+    let ntor = keys.ntor_keys();
+    let link = RelayLinkIdentity::new(keys, &tls, now)?;
+    let exit_policy = cfg.exit_policy()?;
+    let max_chans = cfg.max_channels;
+    Ok(Arc::new(RelayCtx {
+        cfg,
+        rsa_id,
+        ed_id,
+        ntor: RwLock::new(ntor),
+        link: RwLock::new((Arc::new(link), transport)),
+        exit_policy,
+        channels: ChannelRegistry::new(max_chans),
+        stats: RelayStats::default(),
+        dir,
+    }))
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<RelayChanHandle>>>;
+
+/// Relay channels by peer RSA identity, for reuse when extending.
+pub struct ChannelRegistry {
+    slots: Mutex<HashMap<[u8; 20], Slot>>,
+    max: usize,
+}
+
+impl ChannelRegistry {
+    fn new(max: usize) -> Self {
+        ChannelRegistry {
+            slots: Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
+    fn slot(&self, id: [u8; 20]) -> Result<Slot, String> {
+        let mut s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if !s.contains_key(&id) && s.len() >= self.max {
+            s.retain(|_, v| match v.try_lock() {
+                Ok(g) => g.as_ref().is_some_and(|h| !h.is_closed()),
+                Err(_) => true,
+            });
+            if s.len() >= self.max {
+                return Err("too many relay channels".into());
+            }
+        }
+        Ok(s.entry(id).or_default().clone())
+    }
+
+    /// Record an authenticated inbound channel so extends can reuse it.
+    pub fn register(&self, id: [u8; 20], h: RelayChanHandle) {
+        if let Ok(slot) = self.slot(id) {
+            if let Ok(mut g) = slot.try_lock() {
+                if g.as_ref().is_none_or(|x| x.is_closed()) {
+                    *g = Some(h);
+                }
+            }
+        }
+    }
+
+    /// The channel to relay `id` at `addr`, opening one if needed.
+    pub async fn get_or_connect(
+        &self,
+        ctx: &Arc<RelayCtx>,
+        id: [u8; 20],
+        ed: Option<[u8; 32]>,
+        addr: SocketAddr,
+    ) -> Result<RelayChanHandle, String> {
+        let slot = self.slot(id)?;
+        let mut g = slot.lock().await;
+        if let Some(h) = g.as_ref() {
+            if !h.is_closed() {
+                if let (Some(want), Some(p)) = (ed, h.peer.as_ref()) {
+                    if want != p.ed_id {
+                        return Err("Ed25519 identity differs from the open channel's".into());
+                    }
+                }
+                return Ok(h.clone());
+            }
+        }
+        let h = connect(ctx, id, ed, addr).await?;
+        *g = Some(h.clone());
+        Ok(h)
+    }
+}
+
+/// Open an authenticated link to another relay.
+async fn connect(
+    ctx: &Arc<RelayCtx>,
+    id: [u8; 20],
+    ed: Option<[u8; 32]>,
+    addr: SocketAddr,
+) -> Result<RelayChanHandle, String> {
+    let (link_id, transport) = ctx.link();
+    let (mut tls, info) = transport.connect(addr).await.map_err(|e| e.to_string())?;
+    let digest = info
+        .responder_cert_digest()
+        .ok_or("peer sent no TLS certificate")?;
+    let tlssecrets = tls
+        .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, &ctx.ed_id)
+        .map_err(|e| e.to_string())?;
+    let auth = RelayInitiatorAuth {
+        id: &link_id,
+        tlssecrets,
+    };
+    let verifier = responder_verifier();
+    let my_addr = ctx.cfg.advertised_ip();
+    let fut = async {
+        let mut hs = InitiatorHandshake::new(
+            Some(ExpectedPeer {
+                rsa_id: id,
+                ed_id: ed,
+            }),
+            verifier.as_ref(),
+            digest,
+            now_unix(),
+        )
+        .with_auth(&auth, vec![my_addr])
+        .with_peer_addr(addr.ip());
+        let mut out = BytesMut::new();
+        hs.start(&mut out).map_err(|e| e.to_string())?;
+        tls.write_all(&out).await.map_err(|e| e.to_string())?;
+        tls.flush().await.map_err(|e| e.to_string())?;
+        out.clear();
+        let mut input = BytesMut::with_capacity(16 * 1024);
+        loop {
+            let n = tls.read_buf(&mut input).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("connection closed during handshake".to_string());
+            }
+            let done = hs.handle(&mut input, &mut out).map_err(|e| e.to_string())?;
+            if !out.is_empty() {
+                tls.write_all(&out).await.map_err(|e| e.to_string())?;
+                tls.flush().await.map_err(|e| e.to_string())?;
+                out.clear();
+            }
+            if let Some(est) = done {
+                return Ok((est, input));
+            }
+        }
+    };
+    let (est, leftover) = tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut)
+        .await
+        .map_err(|_| "link handshake timed out".to_string())??;
+    let io = spawn_channel_io(tls, est.codec.clone(), leftover);
+    Ok(spawn_relay_reactor(
+        ctx.clone(),
+        io,
+        est.codec,
+        Some(est.peer),
+        true,
+    ))
+}
+
+/// Handle one inbound TCP connection: TLS, responder handshake, reactor.
+async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr) {
+    let (link_id, transport) = ctx.link();
+    let (mut tls, _info) = match transport.accept(tcp).await {
+        Ok(x) => x,
+        Err(e) => {
+            debug!("TLS accept failed: {e}");
+            return;
+        }
+    };
+    let my_addrs = vec![ctx.cfg.advertised_ip()];
+    let fut = async {
+        let mut hs =
+            ResponderHandshake::new(link_id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
+        let mut input = BytesMut::with_capacity(16 * 1024);
+        let mut out = BytesMut::new();
+        loop {
+            let n = tls.read_buf(&mut input).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("closed during handshake".to_string());
+            }
+            let res = {
+                let t = &tls;
+                let exporter = |ctx_bytes: &[u8; 32]| {
+                    t.export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
+                        .ok()
+                };
+                hs.handle(&mut input, &mut out, &exporter)
+            };
+            let done = res.map_err(|e| e.to_string())?;
+            if !out.is_empty() {
+                tls.write_all(&out).await.map_err(|e| e.to_string())?;
+                tls.flush().await.map_err(|e| e.to_string())?;
+                out.clear();
+            }
+            if let Some(acc) = done {
+                return Ok((acc, input));
+            }
+        }
+    };
+    let (acc, leftover) = match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            debug!("inbound link handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            debug!("inbound link handshake timed out");
+            return;
+        }
+    };
+    let io = spawn_channel_io(tls, acc.codec.clone(), leftover);
+    let peer_id = acc.peer.clone();
+    let h = spawn_relay_reactor(ctx.clone(), io, acc.codec, acc.peer, false);
+    if let Some(p) = peer_id {
+        ctx.channels.register(p.rsa_id, h);
+    }
+}
+
+/// Accept links forever on `listener`.
+pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((tcp, peer)) => {
+                if ctx.stats.channels.load(Ordering::Relaxed) >= ctx.cfg.max_channels {
+                    warn!("channel limit reached; refusing a connection");
+                    continue;
+                }
+                tokio::spawn(accept_one(ctx.clone(), tcp, peer));
+            }
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Load the relay's keys from `<data_dir>/keys`, generating them on first
+/// start.
+pub fn load_or_generate_keys(data_dir: &std::path::Path) -> Result<RelayKeys, String> {
+    let dir = data_dir.join("keys");
+    let now = now_unix();
+    let mut rng = rand::rngs::OsRng;
+    if dir.join("secret_id_key").exists() {
+        let mut k = RelayKeys::load(&dir, &mut rng, now).map_err(|e| e.to_string())?;
+        if k.signing_key_needs_rotation(now)
+            .map_err(|e| e.to_string())?
+        {
+            if let Err(e) = k.rotate_signing_key(&mut rng, now) {
+                warn!("signing key rotation failed: {e}");
+            }
+            k.save(&dir).map_err(|e| e.to_string())?;
+        }
+        Ok(k)
+    } else {
+        let k = RelayKeys::generate(&mut rng, now).map_err(|e| e.to_string())?;
+        k.save(&dir).map_err(|e| e.to_string())?;
+        info!("generated new relay keys");
+        Ok(k)
+    }
+}
