@@ -14,9 +14,13 @@
 //! * `TLSSECRETS`: 32 bytes of RFC 5705 keying material exported from the
 //!   TLS session with label [`EXPORTER_LABEL`]
 //!   (`"EXPORTER FOR TOR TLS CLIENT BINDING AUTH0003"`, no NUL) and
-//!   context = the initiator's 32-byte Ed25519 identity key. With rustls:
-//!   `conn.export_keying_material(&mut [0u8; 32], EXPORTER_LABEL, Some(&initiator_ed_id))`.
-//!   Both sides compute it the same way (the responder uses the identity
+//!   context = CID, the SHA-256 of the initiator's RSA identity key (DER).
+//!   This is what tor 0.4.9 does and what the current torspec says; the
+//!   2023 tor-spec.txt said "the initiator's Ed25519 identity key", and tor
+//!   rejects AUTHENTICATE cells built that way ("Some field in the
+//!   AUTHENTICATE cell body was not as expected"). With rustls:
+//!   `conn.export_keying_material(&mut [0u8; 32], EXPORTER_LABEL, Some(&cid))`.
+//!   Both sides compute it the same way (the responder hashes the RSA key
 //!   from the initiator's CERTS cell).
 
 use rand_core::CryptoRngCore;

@@ -115,6 +115,11 @@ impl RelayLinkIdentity {
     pub fn keys(&self) -> &onionmix_crypto::keys::RelayKeys {
         &self.keys
     }
+    /// SHA-256 of our RSA identity key (CID when we initiate, SID when we
+    /// respond), also the TLS exporter context when we initiate.
+    pub fn cid(&self) -> [u8; 32] {
+        self.sid
+    }
 }
 
 fn sha256(b: &[u8]) -> [u8; 32] {
@@ -142,9 +147,10 @@ impl onionmix_proto::channel::ResponderIdentity for RelayLinkIdentity {
         let auth_key = peer
             .auth_key
             .ok_or("initiator sent no authentication key")?;
-        let tlssecrets = exporter(&peer.ed_id).ok_or("TLS exporter unavailable")?;
+        let cid = sha256(&peer.rsa_key.to_der());
+        let tlssecrets = exporter(&cid).ok_or("TLS exporter unavailable")?;
         let fields = Auth3Fields {
-            cid: sha256(&peer.rsa_key.to_der()),
+            cid,
             sid: self.sid,
             cid_ed: peer.ed_id,
             sid_ed: self.keys.ed_id(),

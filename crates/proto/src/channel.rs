@@ -58,7 +58,8 @@ pub trait InitiatorAuth: Send + Sync {
 
 /// What an AUTHENTICATE (method 3) body is computed over, apart from
 /// TLSSECRETS: the initiator's driver exports that from TLS before the
-/// handshake (its context is the initiator's own Ed25519 identity) and its
+/// handshake (its context is CID, the SHA-256 of the initiator's own RSA
+/// identity key, as tor does) and its
 /// [`InitiatorAuth`] implementation carries it.
 #[derive(Debug, Clone)]
 pub struct AuthTranscript {
@@ -345,7 +346,8 @@ pub trait ResponderIdentity: Send + Sync {
     /// The CERTS payload to send (types 1, 2, 4, 5, 7).
     fn certs_payload(&self) -> &[u8];
     /// Check an initiator's CERTS + AUTHENTICATE. `exporter(ctx)` returns
-    /// the TLS exporter output for a context (the initiator's Ed25519 id).
+    /// the TLS exporter output for a context (CID: the SHA-256 of the
+    /// initiator's RSA identity key).
     fn verify_initiator(
         &self,
         certs: &Certs,

@@ -210,8 +210,10 @@ async fn connect(
     let digest = info
         .responder_cert_digest()
         .ok_or("peer sent no TLS certificate")?;
+    // TLSSECRETS' exporter context is CID, the SHA-256 of our RSA identity
+    // key (current torspec; tor-spec.txt of 2023 said the Ed25519 key).
     let tlssecrets = tls
-        .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, &ctx.ed_id)
+        .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, &link_id.cid())
         .map_err(|e| e.to_string())?;
     let auth = RelayInitiatorAuth {
         id: &link_id,
@@ -367,4 +369,14 @@ pub fn load_or_generate_keys(data_dir: &std::path::Path) -> Result<RelayKeys, St
         info!("generated new relay keys");
         Ok(k)
     }
+}
+
+/// Bind the ORPort and start serving; returns the bound address.
+pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
+    let listener = TcpListener::bind(ctx.cfg.or_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", ctx.cfg.or_listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(serve(ctx, listener));
+    Ok(addr)
 }

@@ -1,0 +1,290 @@
+//! Our client through our relays (in-process), and mixed paths with a stock
+//! tor relay as first or second hop.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use onionmix_cell::relay::{Begin, TargetHost, end_reason};
+use onionmix_link::TlsTransport;
+use onionmix_node::client::chanmgr::ChanMgr;
+use onionmix_node::client::circuit::{self, HopTarget};
+use onionmix_node::client::stream::StreamError;
+use onionmix_node::reactor::{StreamEvent, StreamRequest};
+use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
+
+async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
+    let cfg = RelayConfig::parse(&format!(
+        "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
+         exit_policy = [\"accept 127.0.0.0/8:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
+        dir.join(nick).display().to_string()
+    ))
+    .unwrap();
+    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
+    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
+    let addr = relay::start(ctx.clone()).await.unwrap();
+    let target = HopTarget {
+        nickname: nick.into(),
+        rsa_id: ctx.rsa_id,
+        ed_id: Some(ctx.ed_id),
+        or_addr: addr,
+        ntor_key: ctx.ntor_keys()[0].public(),
+    };
+    (ctx, target)
+}
+
+/// A TCP server: "echo" mode echoes; a first line "bytes N" sends N
+/// deterministic bytes and closes.
+async fn start_target() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut first = [0u8; 32];
+                let Ok(n) = s.read(&mut first).await else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&first[..n]).to_string();
+                if let Some(num) = head.strip_prefix("bytes ") {
+                    let n: usize = num.trim().parse().unwrap_or(0);
+                    let data = pattern(n);
+                    let _ = s.write_all(&data).await;
+                    let _ = s.shutdown().await;
+                } else {
+                    let _ = s.write_all(&first[..n]).await;
+                    let mut buf = vec![0u8; 65536];
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                if s.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+async fn bulk(circ: &circuit::Circuit, target: SocketAddr, n: usize) {
+    let (mut s, ev) = circ
+        .open_stream(
+            StreamRequest::Begin(Begin {
+                host: TargetHost::Ip(target.ip()),
+                port: target.port(),
+                flags: 0,
+            }),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("BEGIN");
+    assert!(matches!(ev, StreamEvent::Connected(_)));
+    s.write_all(format!("bytes {n}\n").as_bytes())
+        .await
+        .unwrap();
+    let got = s.read_to_end(n + 1, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(got.len(), n);
+    assert_eq!(Sha256::digest(&got), Sha256::digest(pattern(n)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_through_three_onionmix_relays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_g, guard) = start_relay(tmp.path(), "guard", false).await;
+    let (_m, middle) = start_relay(tmp.path(), "middle", false).await;
+    let (exit_ctx, exit) = start_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let chan = mgr.get(&guard).await.unwrap();
+    let circ = circuit::build(chan, vec![guard, middle, exit], Duration::from_secs(30))
+        .await
+        .expect("3-hop circuit through onionmix relays");
+
+    // Echo round trip.
+    let (mut s, _) = circ
+        .open_stream(
+            StreamRequest::Begin(Begin {
+                host: TargetHost::Ip(target.ip()),
+                port: target.port(),
+                flags: 0,
+            }),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    let msg = vec![7u8; 100_000];
+    s.write_all(&msg).await.unwrap();
+    let mut echoed = Vec::new();
+    while echoed.len() < msg.len() {
+        match s.next_event().await {
+            Some(StreamEvent::Data(d)) => echoed.extend_from_slice(&d),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(echoed, msg);
+    drop(s);
+
+    // Bulk: 5 MiB exercises circuit and stream SENDMEs both ways.
+    bulk(&circ, target, 5 * 1024 * 1024).await;
+
+    // Closed port: END CONNECTREFUSED.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = circ
+        .open_stream(
+            StreamRequest::Begin(Begin {
+                host: TargetHost::Ip(closed.ip()),
+                port: closed.port(),
+                flags: 0,
+            }),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, StreamError::End(end_reason::CONNECTREFUSED));
+
+    // Exit policy: 10.0.0.1 is not accepted.
+    let err = circ
+        .open_stream(
+            StreamRequest::Begin(Begin {
+                host: TargetHost::Ip("10.0.0.1".parse().unwrap()),
+                port: 80,
+                flags: 0,
+            }),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, StreamError::End(end_reason::EXITPOLICY));
+
+    // RESOLVE at the exit.
+    let (_, ev) = circ
+        .open_stream(
+            StreamRequest::Resolve("localhost".into()),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(ev, StreamEvent::Resolved(ref a) if !a.is_empty()),
+        "{ev:?}"
+    );
+    assert!(
+        exit_ctx
+            .stats
+            .streams
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 4
+    );
+}
+
+fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
+    use base64::Engine;
+    let fp = std::fs::read_to_string(dir.join("fingerprint")).ok()?;
+    let rsa_id: [u8; 20] = hex::decode(fp.split_whitespace().nth(1)?)
+        .ok()?
+        .try_into()
+        .ok()?;
+    let ed = std::fs::read_to_string(dir.join("fingerprint-ed25519")).ok()?;
+    let ed_id: [u8; 32] = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(ed.split_whitespace().nth(1)?.trim_end_matches('='))
+        .ok()?
+        .try_into()
+        .ok()?;
+    let ntor = std::fs::read(dir.join("keys/secret_onion_key_ntor")).ok()?;
+    Some(HopTarget {
+        nickname: "stocktor".into(),
+        rsa_id,
+        ed_id: Some(ed_id),
+        or_addr: format!("127.0.0.1:{or_port}").parse().ok()?,
+        ntor_key: ntor.get(64..96)?.try_into().ok()?,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_paths_with_stock_tor_relay() {
+    if !common::tor_available("mixed_paths_with_stock_tor_relay") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tor_dir = tmp.path().join("tor");
+    std::fs::create_dir_all(&tor_dir).unwrap();
+    let or_port = common::free_port();
+    let torrc = format!(
+        "DataDirectory {d}\nORPort 127.0.0.1:{or_port}\nAddress 127.0.0.1\nNickname stocktor\n\
+         SocksPort 0\nPublishServerDescriptor 0\nAssumeReachable 1\nExitRelay 0\nSandbox 0\n\
+         ExtendAllowPrivateAddresses 1\nLog notice stdout\nContactInfo test@example.invalid\n",
+        d = tor_dir.display()
+    );
+    let _tor = common::start_tor(&tor_dir, &torrc);
+    let log = tor_dir.join("tor.log");
+    let stock = common::wait_for("stock tor relay", Duration::from_secs(60), &log, || {
+        let t = read_stock_target(&tor_dir, or_port)?;
+        std::net::TcpStream::connect(t.or_addr).ok()?;
+        Some(t)
+    });
+    let (_a, ours) = start_relay(tmp.path(), "ours", false).await;
+    let (_e, our_exit) = start_relay(tmp.path(), "ourexit", true).await;
+    let target = start_target().await;
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+
+    // onionmix relay -> stock tor relay: tor must accept our relay's
+    // authenticated link (CERTS + AUTHENTICATE, LinkAuth=3).
+    let chan = mgr.get(&ours).await.unwrap();
+    let circ = circuit::build(
+        chan,
+        vec![ours.clone(), stock.clone()],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        let l = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = l.lines().rev().take(25).collect();
+        panic!(
+            "our relay extends to stock tor: {e}\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    });
+    drop(circ);
+
+    // stock tor relay -> onionmix exit: we must accept tor's authenticated
+    // link; then a download through our exit.
+    let chan = mgr.get(&stock).await.unwrap();
+    let circ = circuit::build(
+        chan,
+        vec![stock.clone(), our_exit.clone()],
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("stock tor extends to our relay");
+    bulk(&circ, target, 1024 * 1024).await;
+
+    // Alternating: ours -> stock -> our exit.
+    let chan = mgr.get(&ours).await.unwrap();
+    let circ = circuit::build(chan, vec![ours, stock, our_exit], Duration::from_secs(30))
+        .await
+        .expect("alternating implementations");
+    bulk(&circ, target, 1024 * 1024).await;
+}
