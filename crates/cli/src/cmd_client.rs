@@ -2,13 +2,20 @@
 
 use clap::Args;
 
+use onionmix_node::client::{self, config::ClientConfig};
+
 #[derive(Args, Debug)]
 pub struct ClientArgs {
-    /// Client configuration file (TOML).
+    /// Client configuration file (TOML; see docs/client.md).
     #[arg(long)]
     config: std::path::PathBuf,
 }
 
-pub fn run(_a: ClientArgs) -> anyhow::Result<()> {
-    anyhow::bail!("client: not built yet")
+pub fn run(a: ClientArgs) -> anyhow::Result<()> {
+    let cfg = ClientConfig::load(&a.config)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(client::run(cfg))?;
+    Ok(())
 }

@@ -1,8 +1,189 @@
-//! The onion-routing client.
+//! The onion-routing client: directory bootstrap, guards, circuits, and a
+//! SOCKS5 front end.
 
 pub mod chanmgr;
 pub mod circmgr;
 pub mod circuit;
 pub mod config;
+pub mod dir;
 pub mod socks;
 pub mod stream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use onionmix_link::TlsTransport;
+
+use chanmgr::ChanMgr;
+use circmgr::{CircMgr, CircMgrConfig, IsolationKey};
+use config::ClientConfig;
+use dir::DirMgr;
+
+/// A running client.
+#[derive(Clone)]
+pub struct Client {
+    /// Directory manager.
+    pub dir: Arc<DirMgr>,
+    /// Circuit manager.
+    pub circmgr: CircMgr,
+    /// Where SOCKS listens.
+    pub socks_addr: SocketAddr,
+    ready: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("socks_addr", &self.socks_addr)
+            .finish()
+    }
+}
+
+/// Client start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Bad configuration or data directory.
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl Client {
+    /// Start a client: bind SOCKS, then bootstrap in the background.
+    pub async fn start(cfg: ClientConfig) -> Result<Client, ClientError> {
+        create_private_dir(&cfg.data_dir).map_err(ClientError::Setup)?;
+        let cfg = Arc::new(cfg);
+        let dir = Arc::new(DirMgr::new(cfg.clone()).map_err(ClientError::Setup)?);
+        let transport = TlsTransport::client().map_err(|e| ClientError::Setup(e.to_string()))?;
+        let chanmgr = ChanMgr::new(transport);
+        let (d1, d2, d3) = (dir.clone(), dir.clone(), dir.clone());
+        let circmgr = CircMgr::new(
+            CircMgrConfig {
+                build_timeout: cfg.circuit_build_timeout(),
+                max_dirtiness: cfg.max_dirtiness(),
+            },
+            chanmgr,
+            Arc::new(move |p, avoid| d1.pick_path(p, avoid)),
+            Arc::new(move |id, port| d2.exit_allows(id, port)),
+            Arc::new(move |id, ok| d3.report_guard(id, ok)),
+        );
+        let listener = TcpListener::bind(cfg.socks_listen).await.map_err(|e| {
+            ClientError::Setup(format!(
+                "cannot listen for SOCKS on {}: {e}",
+                cfg.socks_listen
+            ))
+        })?;
+        let socks_addr = listener
+            .local_addr()
+            .map_err(|e| ClientError::Setup(e.to_string()))?;
+        info!("SOCKS5 listening on {socks_addr}");
+        let (ready_tx, ready_rx) = watch::channel(false);
+        let ctx = socks::SocksContext {
+            circmgr: circmgr.clone(),
+            stream_timeout: cfg.stream_timeout(),
+            ready: ready_rx.clone(),
+        };
+        tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
+        let client = Client {
+            dir,
+            circmgr,
+            socks_addr,
+            ready: ready_rx,
+        };
+        let c = client.clone();
+        tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx).await });
+        Ok(client)
+    }
+
+    /// Wait until bootstrapped (directory + a first circuit).
+    pub async fn wait_bootstrapped(&self, timeout: Duration) -> bool {
+        let mut r = self.ready.clone();
+        matches!(
+            tokio::time::timeout(timeout, r.wait_for(|v| *v)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    async fn bootstrap_and_maintain(self, ready: watch::Sender<bool>) {
+        info!("Bootstrapped 5% (conn): Connecting to a directory authority");
+        let mut delay = Duration::from_secs(1);
+        loop {
+            match self.dir.refresh(None).await {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!("directory bootstrap: {e}; retrying in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        info!("Bootstrapped 75% (enough_dirinfo): Loaded enough directory info to build circuits");
+        let mut delay = Duration::from_secs(1);
+        loop {
+            match self
+                .circmgr
+                .get_exit_circuit(&IsolationKey::default(), None)
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!("could not build a first circuit: {e}; retrying in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                    if let Err(e) = self.dir.refresh(None).await {
+                        warn!("directory refresh: {e}");
+                    }
+                }
+            }
+        }
+        info!("Bootstrapped 100% (done): Done");
+        let _ = ready.send(true);
+        loop {
+            let wait = self.dir.next_refresh();
+            tokio::time::sleep(wait).await;
+            // Once circuits exist, fetch over BEGIN_DIR; fall back to DirPort.
+            if let Err(e) = self.dir.refresh(Some(&self.circmgr)).await {
+                warn!("directory refresh failed: {e}");
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+        }
+    }
+}
+
+fn create_private_dir(p: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+    }
+    Ok(())
+}
+
+/// Run a client until SIGINT/SIGTERM.
+pub async fn run(cfg: ClientConfig) -> Result<(), ClientError> {
+    let _client = Client::start(cfg).await?;
+    wait_for_shutdown().await;
+    info!("shutting down");
+    Ok(())
+}
+
+/// Wait for SIGINT or SIGTERM.
+pub async fn wait_for_shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

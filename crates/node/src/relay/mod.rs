@@ -380,3 +380,20 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
     tokio::spawn(serve(ctx, listener));
     Ok(addr)
 }
+
+/// Run a relay until SIGINT/SIGTERM: load or create keys, listen, publish.
+pub async fn run(cfg: RelayConfig) -> Result<(), String> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
+    let keys = load_or_generate_keys(&cfg.data_dir)?;
+    let ctx = make_ctx(cfg, keys, None)?;
+    let addr = start(ctx.clone()).await?;
+    info!(
+        "relay {} listening on {addr} (fingerprint {})",
+        ctx.cfg.nickname,
+        hex::encode_upper(ctx.rsa_id)
+    );
+    crate::client::wait_for_shutdown().await;
+    info!("shutting down");
+    Ok(())
+}

@@ -1,0 +1,452 @@
+//! Directory manager: fetches the microdesc consensus, authority key
+//! certificates and microdescriptors (from authorities' DirPorts at
+//! bootstrap, over BEGIN_DIR on one-hop circuits afterwards), verifies
+//! them, keeps the current [`NetDir`] and the guard state, and chooses
+//! paths.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rand::seq::SliceRandom;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::{debug, info, warn};
+
+use onionmix_netdoc::{
+    AuthCertificate, AuthorityConfig, DirRequest, DirResponse, ExitTarget, GuardParams, GuardSet,
+    NetDir, PathBuilder, PathConfig, PathError, RelayFlags, RelayId, TimeTolerance,
+    UnverifiedConsensus, parse_microdescs,
+};
+
+use super::circmgr::{CircMgr, Purpose};
+use super::circuit::HopTarget;
+use super::config::ClientConfig;
+use crate::reactor::StreamRequest;
+
+/// Time allowed for one directory download.
+pub const DIR_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the directory could not be obtained.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// Every authority failed; the last error is given.
+    #[error("no authority gave a usable {what}: {last}")]
+    AllFailed {
+        /// Which document.
+        what: &'static str,
+        /// Last error seen.
+        last: String,
+    },
+    /// Not enough relays have descriptors yet.
+    #[error("not enough directory info: {have:.2} of the weighted paths usable, {need:.2} needed")]
+    NotEnough {
+        /// Fraction usable.
+        have: f64,
+        /// Fraction needed.
+        need: f64,
+    },
+}
+
+/// The directory manager.
+pub struct DirMgr {
+    cfg: Arc<ClientConfig>,
+    auths: Vec<AuthorityConfig>,
+    netdir: RwLock<Option<Arc<NetDir>>>,
+    certs: Mutex<Vec<AuthCertificate>>,
+    guards: Mutex<GuardSet>,
+    path_cfg: PathConfig,
+    guard_file: PathBuf,
+}
+
+impl std::fmt::Debug for DirMgr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirMgr").finish()
+    }
+}
+
+fn parse_hex20(s: &str) -> Option<[u8; 20]> {
+    hex::decode(s).ok()?.try_into().ok()
+}
+
+impl DirMgr {
+    /// Create, loading the guard state file if present.
+    pub fn new(cfg: Arc<ClientConfig>) -> Result<Self, String> {
+        let mut auths = Vec::new();
+        for a in &cfg.authorities {
+            let v3 = parse_hex20(&a.v3ident).ok_or("bad v3ident")?;
+            let mut ac = AuthorityConfig::new(a.nickname.clone(), v3);
+            ac.dir_addr = Some(a.dir_addr);
+            ac.or_addr = Some(a.or_addr);
+            ac.rsa_id = parse_hex20(&a.fingerprint);
+            auths.push(ac);
+        }
+        let guard_file = cfg.data_dir.join("guards.json");
+        let params = GuardParams::default();
+        let guards = match std::fs::read_to_string(&guard_file) {
+            Ok(text) => GuardSet::from_json(&text, params.clone()).unwrap_or_else(|e| {
+                warn!(
+                    "ignoring unreadable guard state {}: {e}",
+                    guard_file.display()
+                );
+                GuardSet::new(params)
+            }),
+            Err(_) => GuardSet::new(params),
+        };
+        let path_cfg = if cfg.testing_network {
+            PathConfig::testing_network()
+        } else {
+            PathConfig::default()
+        };
+        Ok(DirMgr {
+            cfg,
+            auths,
+            netdir: RwLock::new(None),
+            certs: Mutex::new(Vec::new()),
+            guards: Mutex::new(guards),
+            path_cfg,
+            guard_file,
+        })
+    }
+
+    /// The current network directory.
+    pub fn netdir(&self) -> Option<Arc<NetDir>> {
+        self.netdir
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn save_guards(&self) {
+        let json = self
+            .guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .to_json();
+        let tmp = self.guard_file.with_extension("json.tmp");
+        if std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, &self.guard_file))
+            .is_err()
+        {
+            warn!(
+                "could not save guard state to {}",
+                self.guard_file.display()
+            );
+        }
+    }
+
+    async fn fetch_dirport(addr: SocketAddr, req: &DirRequest) -> Result<DirResponse, String> {
+        let fut = async {
+            let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+            s.write_all(&req.encode(Some(&addr.to_string())))
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut p = req.response_parser();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+                if n == 0 {
+                    break;
+                }
+                p.push(&buf[..n]).map_err(|e| e.to_string())?;
+                if p.is_complete() {
+                    break;
+                }
+            }
+            p.finish().map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(DIR_FETCH_TIMEOUT, fut)
+            .await
+            .map_err(|_| "directory fetch timed out".to_string())?
+    }
+
+    async fn fetch_begindir(
+        circmgr: &CircMgr,
+        hop: HopTarget,
+        req: &DirRequest,
+    ) -> Result<DirResponse, String> {
+        let circ = circmgr
+            .build_path(vec![hop])
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut s, _) = circ
+            .open_stream(StreamRequest::BeginDir, DIR_FETCH_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
+        s.write_all(&req.encode(None))
+            .await
+            .map_err(|e| e.to_string())?;
+        let body = s
+            .read_to_end(req.max_body_len() + 64 * 1024, DIR_FETCH_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut p = req.response_parser();
+        p.push(&body).map_err(|e| e.to_string())?;
+        p.finish().map_err(|e| e.to_string())
+    }
+
+    /// The authorities as BEGIN_DIR targets (needs a consensus for keys).
+    fn authority_hops(&self) -> Vec<HopTarget> {
+        let Some(nd) = self.netdir() else {
+            return Vec::new();
+        };
+        self.auths
+            .iter()
+            .filter_map(|a| {
+                let r = nd.relay_by_rsa_id(&a.rsa_id?)?;
+                Some(HopTarget {
+                    nickname: r.nickname.clone(),
+                    rsa_id: r.rsa_id,
+                    ed_id: r.ed_id,
+                    or_addr: SocketAddr::V4(r.ipv4),
+                    ntor_key: r.ntor_onion_key,
+                })
+            })
+            .collect()
+    }
+
+    /// Fetch `req` from any authority (BEGIN_DIR when `via` is given and we
+    /// have keys for the authorities, DirPort otherwise).
+    async fn fetch_any(
+        &self,
+        req: &DirRequest,
+        via: Option<&CircMgr>,
+    ) -> Result<DirResponse, String> {
+        let mut last = "no authorities configured".to_string();
+        if let Some(cm) = via {
+            let mut hops = self.authority_hops();
+            hops.shuffle(&mut rand::thread_rng());
+            for hop in hops {
+                match Self::fetch_begindir(cm, hop, req).await {
+                    Ok(r) => return Ok(r),
+                    Err(e) => {
+                        debug!("BEGIN_DIR fetch of {} failed: {e}", req.path());
+                        last = e;
+                    }
+                }
+            }
+        }
+        let mut addrs: Vec<SocketAddr> = self.auths.iter().filter_map(|a| a.dir_addr).collect();
+        addrs.shuffle(&mut rand::thread_rng());
+        for a in addrs {
+            match Self::fetch_dirport(a, req).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    debug!("DirPort fetch of {} failed: {e}", req.path());
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// Fetch and verify a fresh consensus and the microdescriptors it needs;
+    /// install the result. `via` enables BEGIN_DIR.
+    pub async fn refresh(&self, via: Option<&CircMgr>) -> Result<Arc<NetDir>, DirError> {
+        let now = SystemTime::now();
+        let fail = |what, last: String| DirError::AllFailed { what, last };
+        let resp = self
+            .fetch_any(&DirRequest::microdesc_consensus(), via)
+            .await
+            .map_err(|e| fail("consensus", e))?;
+        let text = resp
+            .body_text()
+            .map_err(|e| fail("consensus", e.to_string()))?;
+        let unverified =
+            UnverifiedConsensus::parse(text).map_err(|e| fail("consensus", e.to_string()))?;
+        let missing = {
+            let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+            unverified.missing_certificates(&self.auths, &certs, now)
+        };
+        if !missing.is_empty() {
+            let ids: Vec<[u8; 20]> = missing.clone();
+            let req = DirRequest::authority_certs(&ids)
+                .map_err(|e| fail("key certificates", e.to_string()))?;
+            let resp = self
+                .fetch_any(&req, via)
+                .await
+                .map_err(|e| fail("key certificates", e))?;
+            let text = resp
+                .body_text()
+                .map_err(|e| fail("key certificates", e.to_string()))?;
+            let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+            for c in AuthCertificate::parse_all(text, now) {
+                match c {
+                    Ok(c) => certs.push(c),
+                    Err(e) => warn!("rejected an authority key certificate: {e}"),
+                }
+            }
+            certs.truncate(64);
+        }
+        let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let consensus = unverified
+            .verify(&self.auths, &certs, now, TimeTolerance::default())
+            .map_err(|e| fail("consensus", format!("consensus refused: {e}")))?;
+        let mut nd = match self.netdir() {
+            Some(old) => old.with_new_consensus(consensus),
+            None => NetDir::new(consensus),
+        };
+        let missing = nd.missing_microdescs();
+        for batch in DirRequest::microdesc_batches(&missing) {
+            match self.fetch_any(&batch, via).await {
+                Ok(resp) => match resp.body_text() {
+                    Ok(text) => {
+                        // add_microdescs keeps only those the consensus lists.
+                        let b = parse_microdescs(text);
+                        nd.add_microdescs(b.microdescs);
+                    }
+                    Err(e) => warn!("bad microdescriptor reply: {e}"),
+                },
+                Err(e) => warn!("microdescriptor fetch failed: {e}"),
+            }
+        }
+        let need = nd.paths_needed(Some(self.cfg.paths_needed_to_build_circuits));
+        if !nd.has_enough_dir_info(Some(self.cfg.paths_needed_to_build_circuits)) {
+            return Err(DirError::NotEnough {
+                have: nd.usable_fraction(),
+                need,
+            });
+        }
+        {
+            let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
+            g.update(&nd, now, &mut rand::thread_rng());
+        }
+        self.save_guards();
+        let nd = Arc::new(nd);
+        *self.netdir.write().unwrap_or_else(|e| e.into_inner()) = Some(nd.clone());
+        info!(
+            "directory: {} relays usable, consensus valid until {}",
+            nd.relays().count(),
+            humantime(nd.lifetime().valid_until)
+        );
+        Ok(nd)
+    }
+
+    /// When to refresh next.
+    pub fn next_refresh(&self) -> Duration {
+        match self.netdir() {
+            Some(nd) => {
+                let t = nd.lifetime().pick_refresh_time(&mut rand::thread_rng());
+                t.duration_since(SystemTime::now())
+                    .unwrap_or(Duration::from_secs(1))
+                    .max(Duration::from_secs(1))
+            }
+            None => Duration::from_secs(5),
+        }
+    }
+
+    fn hop(r: &onionmix_netdoc::Relay) -> HopTarget {
+        HopTarget {
+            nickname: r.nickname.clone(),
+            rsa_id: r.rsa_id,
+            ed_id: r.ed_id,
+            or_addr: SocketAddr::V4(r.ipv4),
+            ntor_key: r.ntor_onion_key,
+        }
+    }
+
+    /// Choose a path for `purpose`, avoiding `avoid` where possible.
+    pub fn pick_path(
+        &self,
+        purpose: Purpose,
+        avoid: &HashSet<[u8; 20]>,
+    ) -> Result<Vec<HopTarget>, String> {
+        let nd = self.netdir().ok_or("no directory yet")?;
+        let guards = self
+            .guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let now = SystemTime::now();
+        let pb = PathBuilder::new(&nd, &self.path_cfg).with_guards(&guards, now);
+        let mut rng = rand::thread_rng();
+        let Purpose::Exit(port) = purpose;
+        let target = match port {
+            Some(p) => ExitTarget::Port(p),
+            None => ExitTarget::AnyPort,
+        };
+        let mut last = String::new();
+        for attempt in 0..24 {
+            // In testing networks the exits' policies usually accept only
+            // 127.0.0.0/8, which a port summary cannot express: fall back
+            // to any relay with the Exit flag, as tor effectively does.
+            let res = match pb.exit_path(&mut rng, target) {
+                Err(PathError::NoExit(_)) if self.cfg.testing_network => {
+                    pb.exit_path(&mut rng, ExitTarget::Internal).and_then(|p| {
+                        let exit = nd.relay(&p[2]).ok_or(PathError::NoExit(target))?;
+                        if exit.flags.contains(RelayFlags::EXIT) {
+                            Ok(p)
+                        } else {
+                            Err(PathError::NoExit(target))
+                        }
+                    })
+                }
+                r => r,
+            };
+            match res {
+                Ok(ids) => {
+                    let hops: Option<Vec<HopTarget>> =
+                        ids.iter().map(|id| nd.relay(id).map(Self::hop)).collect();
+                    let Some(hops) = hops else { continue };
+                    let avoided = hops.iter().any(|h| avoid.contains(&h.rsa_id));
+                    if avoided && attempt < 16 {
+                        continue;
+                    }
+                    return Ok(hops);
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(if last.is_empty() {
+            "every path went through a failing relay".into()
+        } else {
+            last
+        })
+    }
+
+    /// Whether the exit `rsa_id` can serve `port`.
+    pub fn exit_allows(&self, rsa_id: &[u8; 20], port: u16) -> bool {
+        let Some(nd) = self.netdir() else {
+            return false;
+        };
+        let Some(r) = nd.relay(&RelayId(*rsa_id)) else {
+            return false;
+        };
+        r.allows_exit_port(port, false)
+            || (self.cfg.testing_network && r.flags.contains(RelayFlags::EXIT))
+    }
+
+    /// Record a guard outcome and persist the guard state.
+    pub fn report_guard(&self, rsa_id: &[u8; 20], ok: bool) {
+        {
+            let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
+            let id = RelayId(*rsa_id);
+            if ok {
+                g.record_success(&id, SystemTime::now());
+            } else {
+                g.record_failure(&id, SystemTime::now());
+            }
+        }
+        self.save_guards();
+    }
+
+    /// The primary guards (for status and tests).
+    pub fn primary_guards(&self) -> Vec<[u8; 20]> {
+        self.guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .primary_guards()
+            .into_iter()
+            .map(|r| r.0)
+            .collect()
+    }
+}
+
+fn humantime(t: SystemTime) -> String {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => format!("{}s after epoch", d.as_secs()),
+        Err(_) => "?".into(),
+    }
+}
