@@ -27,7 +27,9 @@ pub mod guards;
 pub mod microdesc;
 pub mod netdir;
 pub mod path;
+pub mod routerdesc;
 pub mod types;
+pub mod vote;
 
 pub use authority::{AuthCertificate, AuthorityConfig, CertError};
 pub use consensus::{

@@ -2,6 +2,7 @@
 //! sans-IO machines in `onionmix-proto`, own timers and persistence, and
 //! nothing else.
 
+pub mod authority;
 pub mod client;
 pub mod glue;
 pub mod reactor;

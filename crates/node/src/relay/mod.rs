@@ -4,6 +4,7 @@
 pub mod config;
 pub mod exit;
 pub mod extend;
+pub mod publish;
 pub mod reactor;
 
 use std::collections::HashMap;

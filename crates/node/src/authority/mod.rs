@@ -1,0 +1,1 @@
+//! Directory authority (in progress).

@@ -1,0 +1,1 @@
+//! Descriptor publishing (in progress).
