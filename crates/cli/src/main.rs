@@ -4,9 +4,12 @@
 
 use clap::{Parser, Subcommand};
 
+mod cmd_authority;
 mod cmd_client;
 mod cmd_demo;
+mod cmd_emu;
 mod cmd_mix;
+mod cmd_relay;
 mod cmd_testnet;
 mod logging;
 
@@ -39,6 +42,13 @@ enum Command {
     Sink(cmd_testnet::SinkArgs),
     /// Run the Tor-compatible onion-routing client with a SOCKS5 front end.
     Client(cmd_client::ClientArgs),
+    /// Run a Tor-compatible relay (guard, middle or exit).
+    Relay(cmd_relay::RelayArgs),
+    /// Run a v3 directory authority (votes, consensus, directory service).
+    Authority(cmd_authority::AuthorityArgs),
+    /// Run the link emulator process (started by `testnet start` for
+    /// emulated networks).
+    Emulator(cmd_emu::EmuArgs),
     /// Loopix mix node (Sphinx, Poisson mixing, cover loops).
     Mix(cmd_mix::MixArgs),
     /// Loopix provider: inboxes for clients, SUBSCRIBE/PULL, offline storage.
@@ -56,6 +66,9 @@ fn main() -> std::process::ExitCode {
         Command::Testnet(c) => cmd_testnet::run(c),
         Command::Sink(a) => cmd_testnet::run_sink(a),
         Command::Client(a) => cmd_client::run(a),
+        Command::Relay(a) => cmd_relay::run(a),
+        Command::Authority(a) => cmd_authority::run(a),
+        Command::Emulator(a) => cmd_emu::run(a),
         Command::Mix(a) => cmd_mix::run_mix(a),
         Command::Provider(a) => cmd_mix::run_provider(a),
         Command::MixClient(c) => cmd_mix::run_client(c),
