@@ -35,16 +35,54 @@ impl RelayLayer for Tor1 {
     }
 }
 
-/// Start an ntor handshake with `hop`.
-pub fn ntor_start(hop: &HopTarget) -> (NtorClient, Vec<u8>) {
+/// A client handshake in progress (ntor or ntor-v3).
+pub enum ClientHandshake {
+    /// ntor (CREATE2 type 2).
+    Ntor(NtorClient),
+    /// ntor-v3 (CREATE2 type 3, proposal 332).
+    NtorV3(onionmix_crypto::ntor_v3::Ntor3Client),
+}
+
+/// Start a handshake with `hop`: ntor-v3 when the hop supports it (it has
+/// an Ed25519 identity and advertises Relay=4), ntor otherwise. Returns the
+/// state, the CREATE2 handshake type, and the client data.
+pub fn handshake_start(hop: &HopTarget) -> (ClientHandshake, u16, Vec<u8>) {
     let mut rng = rand::rngs::OsRng;
+    if let (true, Some(ed)) = (hop.ntor_v3, hop.ed_id) {
+        // The message is an extension list; tor rejects an empty byte string,
+        // so send an encoded empty list (N_EXTENSIONS = 0).
+        let msg = onionmix_crypto::ntor_v3::encode_extensions(&[]);
+        if let Ok((st, data)) = onionmix_crypto::ntor_v3::Ntor3Client::new(
+            ed,
+            hop.ntor_key,
+            &msg,
+            onionmix_crypto::ntor_v3::NTOR3_CIRC_VERIFICATION,
+            &mut rng,
+        ) {
+            return (
+                ClientHandshake::NtorV3(st),
+                onionmix_cell::chan::HTYPE_NTOR_V3,
+                data,
+            );
+        }
+    }
     let (st, skin) = NtorClient::new(hop.rsa_id, hop.ntor_key, &mut rng);
-    (st, skin.to_vec())
+    (
+        ClientHandshake::Ntor(st),
+        onionmix_cell::chan::HTYPE_NTOR,
+        skin.to_vec(),
+    )
 }
 
 /// Finish the handshake and build the hop's layer.
-pub fn ntor_finish(st: NtorClient, reply: &[u8]) -> Result<Box<dyn ClientLayer>, String> {
-    let keys = st.finish(reply).map_err(|e| e.to_string())?;
+pub fn handshake_finish(st: ClientHandshake, reply: &[u8]) -> Result<Box<dyn ClientLayer>, String> {
+    let keys = match st {
+        ClientHandshake::Ntor(st) => st.finish(reply).map_err(|e| e.to_string())?,
+        ClientHandshake::NtorV3(st) => {
+            let (_server_msg, ks) = st.finish(reply).map_err(|e| e.to_string())?;
+            ks.circuit_keys()
+        }
+    };
     Ok(Box::new(Tor1(Tor1Layer::new(&keys))))
 }
 

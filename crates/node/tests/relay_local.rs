@@ -35,6 +35,7 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
         ed_id: Some(ctx.ed_id),
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
+        ntor_v3: false,
     };
     (ctx, target)
 }
@@ -220,6 +221,7 @@ fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         ed_id: Some(ed_id),
         or_addr: format!("127.0.0.1:{or_port}").parse().ok()?,
         ntor_key: ntor.get(64..96)?.try_into().ok()?,
+        ntor_v3: false,
     })
 }
 
@@ -283,8 +285,34 @@ async fn mixed_paths_with_stock_tor_relay() {
 
     // Alternating: ours -> stock -> our exit.
     let chan = mgr.get(&ours).await.unwrap();
-    let circ = circuit::build(chan, vec![ours, stock, our_exit], Duration::from_secs(30))
-        .await
-        .expect("alternating implementations");
+    let circ = circuit::build(
+        chan.clone(),
+        vec![ours.clone(), stock.clone(), our_exit.clone()],
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("alternating implementations");
     bulk(&circ, target, 1024 * 1024).await;
+
+    // The same with ntor-v3 (CREATE2 type 3) at every hop: our client's
+    // ntor-v3 against stock tor and against our relay.
+    let v3 = |mut h: HopTarget| {
+        h.ntor_v3 = true;
+        h
+    };
+    let circ = circuit::build(
+        chan,
+        vec![v3(ours), v3(stock), v3(our_exit)],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        let l = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = l.lines().rev().take(12).collect();
+        panic!(
+            "ntor-v3 circuit: {e}\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    });
+    bulk(&circ, target, 256 * 1024).await;
 }

@@ -26,6 +26,7 @@ fn read_relay_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         ed_id: Some(ed_id),
         or_addr: format!("127.0.0.1:{or_port}").parse().ok()?,
         ntor_key,
+        ntor_v3: false,
     })
 }
 

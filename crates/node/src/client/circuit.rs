@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-use onionmix_cell::chan::{Create2, HTYPE_NTOR};
+use onionmix_cell::chan::Create2;
 use onionmix_cell::relay::{Extend2, LinkSpec};
 
 use crate::glue;
@@ -29,6 +29,8 @@ pub struct HopTarget {
     pub or_addr: SocketAddr,
     /// ntor onion key.
     pub ntor_key: [u8; 32],
+    /// Use ntor-v3 (the relay advertises Relay=4).
+    pub ntor_v3: bool,
 }
 
 impl HopTarget {
@@ -152,10 +154,10 @@ pub async fn build(
     let start = Instant::now();
     let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
     let fut = async {
-        // First hop: CREATE2 with ntor.
-        let (state, onionskin) = glue::ntor_start(&first);
+        // First hop: CREATE2 with ntor or ntor-v3.
+        let (state, htype, onionskin) = glue::handshake_start(&first);
         let create2 = Create2 {
-            htype: HTYPE_NTOR,
+            htype,
             hdata: onionskin,
         };
         let (circ_id, created) = chan
@@ -168,7 +170,7 @@ pub async fn build(
             circ_id,
             armed: true,
         };
-        let layer = glue::ntor_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
+        let layer = glue::handshake_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
             hop: 0,
             relay: first.nickname.clone(),
             err: e,
@@ -182,11 +184,11 @@ pub async fn build(
         .await
         .map_err(|e| hop_err(0, &first, e))?;
         for (i, hop) in path.iter().enumerate().skip(1) {
-            let (state, onionskin) = glue::ntor_start(hop);
+            let (state, htype, onionskin) = glue::handshake_start(hop);
             let msg = Extend2 {
                 specs: hop.link_specs(),
                 create: Create2 {
-                    htype: HTYPE_NTOR,
+                    htype,
                     hdata: onionskin,
                 },
             };
@@ -198,11 +200,12 @@ pub async fn build(
                 })
                 .await
                 .map_err(|e| hop_err(i, hop, e))?;
-            let layer = glue::ntor_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
-                hop: i,
-                relay: hop.nickname.clone(),
-                err: e,
-            })?;
+            let layer =
+                glue::handshake_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
+                    hop: i,
+                    relay: hop.nickname.clone(),
+                    err: e,
+                })?;
             chan.send(ChanCommand::AddHop { circ_id, layer })
                 .await
                 .map_err(|e| hop_err(i, hop, e))?;

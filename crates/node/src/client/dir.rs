@@ -196,13 +196,7 @@ impl DirMgr {
             .iter()
             .filter_map(|a| {
                 let r = nd.relay_by_rsa_id(&a.rsa_id?)?;
-                Some(HopTarget {
-                    nickname: r.nickname.clone(),
-                    rsa_id: r.rsa_id,
-                    ed_id: r.ed_id,
-                    or_addr: SocketAddr::V4(r.ipv4),
-                    ntor_key: r.ntor_onion_key,
-                })
+                Some(Self::hop(r))
             })
             .collect()
     }
@@ -344,6 +338,7 @@ impl DirMgr {
             ed_id: r.ed_id,
             or_addr: SocketAddr::V4(r.ipv4),
             ntor_key: r.ntor_onion_key,
+            ntor_v3: r.protocols.supports("Relay", 4),
         }
     }
 

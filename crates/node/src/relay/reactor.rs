@@ -20,7 +20,9 @@ use rand::Rng;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, trace};
 
-use onionmix_cell::chan::{ChanCmd as Cmd, Create2, Created2, HTYPE_NTOR, destroy_reason};
+use onionmix_cell::chan::{
+    ChanCmd as Cmd, Create2, Created2, HTYPE_NTOR, HTYPE_NTOR_V3, destroy_reason,
+};
 use onionmix_cell::relay::{self, RelayCmd, Sendme, end_reason};
 use onionmix_cell::{CellBody, CellCodec, PAYLOAD_LEN, RawCell};
 use onionmix_crypto::Tor1Layer;
@@ -458,13 +460,35 @@ impl Reactor {
             self.send_destroy(id, destroy_reason::PROTOCOL);
             return;
         };
-        if c.htype != HTYPE_NTOR {
-            self.send_destroy(id, destroy_reason::PROTOCOL);
-            return;
-        }
         let keys = self.ctx.ntor_keys();
-        let res =
-            onionmix_crypto::ntor_server(&self.ctx.rsa_id, &keys, &c.hdata, &mut rand::rngs::OsRng);
+        let res = match c.htype {
+            HTYPE_NTOR => onionmix_crypto::ntor_server(
+                &self.ctx.rsa_id,
+                &keys,
+                &c.hdata,
+                &mut rand::rngs::OsRng,
+            )
+            .map(|(r, k)| (r.to_vec(), k)),
+            HTYPE_NTOR_V3 => {
+                // No extensions are accepted yet (no congestion control, so
+                // no CC_RESPONSE: the client keeps using SENDME windows).
+                let mut answer =
+                    |_client_msg: &[u8]| Some(onionmix_crypto::ntor_v3::encode_extensions(&[]));
+                onionmix_crypto::ntor_v3::ntor3_server(
+                    &self.ctx.ed_id,
+                    &keys,
+                    &c.hdata,
+                    onionmix_crypto::ntor_v3::NTOR3_CIRC_VERIFICATION,
+                    &mut answer,
+                    &mut rand::rngs::OsRng,
+                )
+                .map(|(r, ks)| (r, ks.circuit_keys()))
+            }
+            _ => {
+                self.send_destroy(id, destroy_reason::PROTOCOL);
+                return;
+            }
+        };
         let (reply, ckeys) = match res {
             Ok(x) => x,
             Err(e) => {
@@ -477,9 +501,7 @@ impl Reactor {
             layer: Tor1Layer::new(&ckeys),
             pkg: PackageWindow::circuit(),
         }));
-        let created = Created2 {
-            hdata: reply.to_vec(),
-        };
+        let created = Created2 { hdata: reply };
         if let Ok(cell) = RawCell::fixed(id, Cmd::CREATED2, &created.encode()) {
             if let Some(b) = cell.body() {
                 let b = *b;
