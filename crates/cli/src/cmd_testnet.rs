@@ -1,39 +1,168 @@
-//! `onionmix testnet ...` and `onionmix sink`: owned by the testbed crate.
+//! `onionmix testnet ...` and `onionmix sink`.
+
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use onionmix_testbed::launcher::{self, LaunchOptions, Network};
+use onionmix_testbed::netinfo::NetworkInfo;
+use onionmix_testbed::proc;
+use onionmix_testbed::spec::Spec;
+
 #[derive(Subcommand, Debug)]
 pub enum TestnetCmd {
-    /// Start a network described by a built-in spec name or a TOML file.
+    /// Start a network from a built-in spec (tor-basic,
+    /// tor-basic-onionmix-client, mixed, ...) or a TOML file; returns once it
+    /// is usable and network.json is written. Nodes keep running.
     Start {
+        /// Built-in spec name or path to a spec file.
         #[arg(long)]
         spec: String,
+        /// State directory (created; holds configs, keys, logs, network.json).
         #[arg(long)]
-        dir: std::path::PathBuf,
+        dir: PathBuf,
+        /// Give up after this many seconds (default: the spec's).
+        #[arg(long)]
+        timeout: Option<u64>,
     },
-    /// Show the nodes of a running network.
+    /// Show the nodes of a network and whether they are running.
     Status {
+        /// State directory.
         #[arg(long)]
-        dir: std::path::PathBuf,
+        dir: PathBuf,
     },
-    /// Stop exactly the processes a `start` launched.
+    /// Stop exactly the processes `start` launched.
     Stop {
+        /// State directory.
         #[arg(long)]
-        dir: std::path::PathBuf,
+        dir: PathBuf,
     },
+    /// List the built-in specs.
+    Specs,
 }
 
 #[derive(Args, Debug)]
 pub struct SinkArgs {
-    /// Address for the HTTP server.
+    /// HTTP listen address (GET /bytes/<n>).
     #[arg(long, default_value = "127.0.0.1:0")]
     http: std::net::SocketAddr,
+    /// TCP echo listen address.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    echo: std::net::SocketAddr,
+    /// DNS (UDP) listen address; answers *.onionmix.test.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    dns: std::net::SocketAddr,
 }
 
-pub fn run(_cmd: TestnetCmd) -> anyhow::Result<()> {
-    anyhow::bail!("testnet: not built yet")
+pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
+    match cmd {
+        TestnetCmd::Start { spec, dir, timeout } => {
+            let spec = Spec::load(&spec)?;
+            let mut opts = LaunchOptions::new(std::env::current_exe()?);
+            opts.timeout = timeout.map(std::time::Duration::from_secs);
+            let net = launcher::start(&spec, &dir, &opts)?;
+            print_status(&net.info);
+            eprintln!(
+                "network {} is up in {:.1}s; stop it with: onionmix testnet stop --dir {}",
+                net.info.spec,
+                net.info.bootstrap_secs,
+                dir.display()
+            );
+            Ok(())
+        }
+        TestnetCmd::Status { dir } => {
+            let info = NetworkInfo::load(&dir).map_err(anyhow::Error::msg)?;
+            print_status(&info);
+            Ok(())
+        }
+        TestnetCmd::Stop { dir } => {
+            let net = Network::load(&dir).map_err(anyhow::Error::msg)?;
+            let n = net.info.nodes.len() + usize::from(net.info.sink.is_some());
+            let survivors = net.stop();
+            if survivors.is_empty() {
+                eprintln!("stopped {n} processes");
+                Ok(())
+            } else {
+                anyhow::bail!("could not stop: {}", survivors.join(", "))
+            }
+        }
+        TestnetCmd::Specs => {
+            for (name, text) in onionmix_testbed::spec::BUILTIN {
+                let d = Spec::parse(name, text)
+                    .map(|s| s.description)
+                    .unwrap_or_default();
+                println!("{name:<28} {d}");
+            }
+            Ok(())
+        }
+    }
 }
 
-pub fn run_sink(_a: SinkArgs) -> anyhow::Result<()> {
-    anyhow::bail!("sink: not built yet")
+fn print_status(info: &NetworkInfo) {
+    println!(
+        "{:<12} {:<9} {:<10} {:>7} {:>6} {:>6} {:>6}  {:<8} fingerprint",
+        "node", "impl", "roles", "pid", "or", "dir", "socks", "state"
+    );
+    for n in &info.nodes {
+        let roles: Vec<String> = n
+            .roles
+            .iter()
+            .map(|r| format!("{r:?}").to_lowercase())
+            .collect();
+        let port = |p: Option<u16>| p.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<12} {:<9} {:<10} {:>7} {:>6} {:>6} {:>6}  {:<8} {}",
+            n.name,
+            format!("{:?}", n.implementation).to_lowercase(),
+            roles.join(","),
+            n.pid,
+            port(n.or_port),
+            port(n.dir_port),
+            port(n.socks_port),
+            if proc::alive(n.pid, n.start_time) {
+                "running"
+            } else {
+                "stopped"
+            },
+            n.fingerprint.as_deref().unwrap_or("-")
+        );
+    }
+    if let Some(s) = &info.sink {
+        println!(
+            "{:<12} {:<9} {:<10} {:>7} http {} echo {} dns {} ({})  {}",
+            "sink",
+            "onionmix",
+            "sink",
+            s.pid,
+            s.http,
+            s.echo,
+            s.dns,
+            s.hostname,
+            if proc::alive(s.pid, s.start_time) {
+                "running"
+            } else {
+                "stopped"
+            },
+        );
+    }
+}
+
+pub fn run_sink(a: SinkArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let addrs = onionmix_testbed::sink::start(a.http, a.echo, a.dns).await?;
+        eprintln!(
+            "sink: http {} echo {} dns {} (names under {})",
+            addrs.http,
+            addrs.echo,
+            addrs.dns,
+            onionmix_testbed::sink::TEST_DOMAIN
+        );
+        onionmix_node::client::wait_for_shutdown().await;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    let _ = PathBuf::new();
+    Ok(())
 }

@@ -1,1 +1,15 @@
-//! onionmix-testbed
+//! The testbed: private networks on one machine (stock tor nodes, onionmix
+//! nodes, or both), the sink they carry traffic to, and small clients
+//! (SOCKS5, HTTP) that tests, the demo and the measurement suite use.
+//!
+//! This crate never links the protocol crates: onionmix nodes are started
+//! as processes of the onionmix binary, exactly like stock tor nodes.
+
+pub mod http;
+pub mod launcher;
+pub mod netinfo;
+pub mod proc;
+pub mod sink;
+pub mod socks;
+pub mod spec;
+pub mod torrc;

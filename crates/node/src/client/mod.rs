@@ -34,6 +34,7 @@ pub struct Client {
     /// Where SOCKS listens.
     pub socks_addr: SocketAddr,
     ready: watch::Receiver<bool>,
+    testing: bool,
 }
 
 impl std::fmt::Debug for Client {
@@ -93,6 +94,7 @@ impl Client {
             circmgr,
             socks_addr,
             ready: ready_rx,
+            testing: cfg.testing_network,
         };
         let c = client.clone();
         tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx).await });
@@ -110,6 +112,13 @@ impl Client {
 
     async fn bootstrap_and_maintain(self, ready: watch::Sender<bool>) {
         info!("Bootstrapped 5% (conn): Connecting to a directory authority");
+        // Testing networks publish their first consensus within seconds:
+        // retry often there; back off to 30 s on the real network.
+        let max_delay = if self.testing {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(30)
+        };
         let mut delay = Duration::from_secs(1);
         loop {
             match self.dir.refresh(None).await {
@@ -117,7 +126,7 @@ impl Client {
                 Err(e) => {
                     warn!("directory bootstrap: {e}; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                    delay = (delay * 2).min(max_delay);
                 }
             }
         }
@@ -133,7 +142,7 @@ impl Client {
                 Err(e) => {
                     warn!("could not build a first circuit: {e}; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                    delay = (delay * 2).min(max_delay);
                     if let Err(e) = self.dir.refresh(None).await {
                         warn!("directory refresh: {e}");
                     }

@@ -66,6 +66,10 @@ pub struct RelayConfig {
     /// Family members (hex fingerprints, `$`-prefixed or not).
     #[serde(default)]
     pub family: Vec<String>,
+    /// DNS server the exit asks (UDP, A/AAAA queries) instead of the
+    /// system resolver; testbeds point it at the sink's DNS responder.
+    #[serde(default)]
+    pub nameserver: Option<SocketAddr>,
 }
 
 fn yes() -> bool {

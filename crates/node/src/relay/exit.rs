@@ -122,7 +122,14 @@ pub async fn run(s: ExitStream, req: Request) {
     }
 }
 
-async fn lookup(host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+    if let Some(ns) = ctx.cfg.nameserver {
+        return match tokio::time::timeout(RESOLVE_TIMEOUT, super::dns::resolve(ns, host)).await {
+            Ok(Ok(v)) if !v.is_empty() => Ok(v),
+            Ok(_) => Err(end_reason::RESOLVEFAILED),
+            Err(_) => Err(end_reason::TIMEOUT),
+        };
+    }
     match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
         Ok(Ok(addrs)) => {
             let v: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
@@ -144,7 +151,7 @@ async fn connect(mut s: ExitStream, b: Begin) {
     }
     let candidates = match &b.host {
         TargetHost::Ip(ip) => vec![*ip],
-        TargetHost::Hostname(h) => match lookup(h, b.port).await {
+        TargetHost::Hostname(h) => match lookup(&s.ctx, h, b.port).await {
             Ok(v) => v,
             Err(r) => {
                 s.end(r);
@@ -281,7 +288,7 @@ async fn resolve(s: ExitStream, name: String) {
             vec![ResolvedAnswer::NontransientError]
         }
     } else {
-        match lookup(&name, 0).await {
+        match lookup(&s.ctx, &name, 0).await {
             Ok(addrs) => {
                 let mut v: Vec<ResolvedAnswer> = addrs
                     .into_iter()

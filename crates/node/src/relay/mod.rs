@@ -2,6 +2,7 @@
 //! circuits, and (as an exit) connects streams.
 
 pub mod config;
+pub mod dns;
 pub mod exit;
 pub mod extend;
 pub mod publish;

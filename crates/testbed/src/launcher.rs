@@ -1,0 +1,769 @@
+//! Start a network from a spec, wait until it is usable, write
+//! `network.json`; stop exactly the processes it started.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::netinfo::{NetworkInfo, NodeInfo, SinkInfo};
+use crate::proc;
+use crate::spec::{Implementation, Role, Spec};
+use crate::torrc;
+
+/// Options for [`start`].
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    /// The onionmix binary (for onionmix nodes and the sink).
+    pub onionmix_bin: PathBuf,
+    /// The stock tor binary.
+    pub tor_bin: String,
+    /// Override the spec's bootstrap timeout.
+    pub timeout: Option<Duration>,
+    /// Print step lines to stderr.
+    pub progress: bool,
+    /// Address every node listens on.
+    pub address: String,
+}
+
+impl LaunchOptions {
+    /// Defaults with the given onionmix binary.
+    pub fn new(onionmix_bin: PathBuf) -> Self {
+        LaunchOptions {
+            onionmix_bin,
+            tor_bin: "tor".into(),
+            timeout: None,
+            progress: true,
+            address: "127.0.0.1".into(),
+        }
+    }
+}
+
+/// Why a network could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}{}{}", node.as_ref().map(|n| format!(" [node {n}]")).unwrap_or_default(), if log_tail.is_empty() { String::new() } else { format!("\n--- last lines of its log ---\n{log_tail}") })]
+pub struct LaunchError {
+    /// What went wrong.
+    pub msg: String,
+    /// Which node, if one is to blame.
+    pub node: Option<String>,
+    /// The end of that node's log.
+    pub log_tail: String,
+}
+
+impl LaunchError {
+    fn new(msg: impl Into<String>) -> Self {
+        LaunchError {
+            msg: msg.into(),
+            node: None,
+            log_tail: String::new(),
+        }
+    }
+    fn node(msg: impl Into<String>, n: &NodeInfo) -> Self {
+        LaunchError {
+            msg: msg.into(),
+            node: Some(n.name.clone()),
+            log_tail: proc::tail(&n.log, 25),
+        }
+    }
+}
+
+/// A running network. Dropping it does NOT stop it; use [`Network::stop`]
+/// or [`NetworkGuard`].
+#[derive(Debug)]
+pub struct Network {
+    /// What is running.
+    pub info: NetworkInfo,
+    children: Vec<Child>,
+}
+
+impl Network {
+    /// Load a network started earlier (by another process).
+    pub fn load(dir: &Path) -> Result<Network, String> {
+        Ok(Network {
+            info: NetworkInfo::load(dir)?,
+            children: Vec::new(),
+        })
+    }
+
+    /// Stop every process the network started. Returns the names of any
+    /// that would not die.
+    pub fn stop(mut self) -> Vec<String> {
+        let survivors = stop_info(&self.info);
+        for c in &mut self.children {
+            let _ = c.try_wait();
+        }
+        survivors
+    }
+}
+
+/// Stop the processes recorded in `info` (by pid and start time).
+pub fn stop_info(info: &NetworkInfo) -> Vec<String> {
+    let mut procs: Vec<(String, u32, u64)> = info
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.pid, n.start_time))
+        .collect();
+    if let Some(s) = &info.sink {
+        procs.push(("sink".into(), s.pid, s.start_time));
+    }
+    // Signal all first so they shut down in parallel.
+    let handles: Vec<_> = procs
+        .into_iter()
+        .map(|(name, pid, st)| {
+            std::thread::spawn(move || (name, proc::stop(pid, st, Duration::from_secs(10))))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .filter_map(|h| h.join().ok())
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+/// Stops the network when dropped (also on panic): for tests.
+#[derive(Debug)]
+pub struct NetworkGuard(pub Option<Network>);
+
+impl NetworkGuard {
+    /// The network's description.
+    pub fn info(&self) -> &NetworkInfo {
+        // Invariant: the option is only taken in Drop.
+        match &self.0 {
+            Some(n) => &n.info,
+            None => unreachable_info(),
+        }
+    }
+}
+
+fn unreachable_info() -> &'static NetworkInfo {
+    static EMPTY: std::sync::OnceLock<NetworkInfo> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| NetworkInfo {
+        spec: String::new(),
+        dir: PathBuf::new(),
+        ready_unix: 0,
+        bootstrap_secs: 0.0,
+        nodes: Vec::new(),
+        sink: None,
+    })
+}
+
+impl Drop for NetworkGuard {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.stop();
+        }
+    }
+}
+
+struct Planned {
+    info: NodeInfo,
+    role: Role,
+    extra: Vec<String>,
+    ed_or_v3: Option<String>,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+struct Progress {
+    on: bool,
+    t0: Instant,
+}
+
+impl Progress {
+    fn step(&self, what: &str, msg: &str) {
+        if self.on {
+            eprintln!(
+                "[{:6.1}s] {what:<10} {msg}",
+                self.t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Start the network described by `spec` in `dir`.
+pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, LaunchError> {
+    let p = Progress {
+        on: opts.progress,
+        t0: Instant::now(),
+    };
+    if NetworkInfo::path(dir).exists() {
+        if let Ok(old) = NetworkInfo::load(dir) {
+            let running = old.nodes.iter().any(|n| proc::alive(n.pid, n.start_time));
+            if running {
+                return Err(LaunchError::new(format!(
+                    "a network is already running in {}; stop it first with `onionmix testnet stop --dir {}`",
+                    dir.display(),
+                    dir.display()
+                )));
+            }
+        }
+        let _ = std::fs::remove_file(NetworkInfo::path(dir));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LaunchError::new(format!("cannot create {}: {e}", dir.display())))?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| LaunchError::new(format!("{}: {e}", dir.display())))?;
+    let addr = opts.address.clone();
+    let port =
+        || proc::free_port(&addr).map_err(|e| LaunchError::new(format!("no free port: {e}")));
+
+    // Plan nodes: names, ports, data dirs.
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut counters: std::collections::HashMap<(Implementation, Role), usize> = Default::default();
+    for g in &spec.nodes {
+        for _ in 0..g.count {
+            let idx = counters.entry((g.implementation, g.role)).or_default();
+            let prefix = match g.implementation {
+                Implementation::Tor => "",
+                Implementation::Onionmix => "om",
+            };
+            let name = format!("{prefix}{}{}", g.role.short(), idx);
+            *idx += 1;
+            let data_dir = dir.join(&name);
+            std::fs::create_dir_all(&data_dir).map_err(|e| {
+                LaunchError::new(format!("cannot create {}: {e}", data_dir.display()))
+            })?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700));
+            }
+            let or_port = if g.role.is_relay() {
+                Some(port()?)
+            } else {
+                None
+            };
+            let dir_port = if g.role == Role::Authority
+                || (g.implementation == Implementation::Tor && g.role.is_relay())
+            {
+                Some(port()?)
+            } else {
+                None
+            };
+            let socks_port = if g.role == Role::Client {
+                Some(port()?)
+            } else {
+                None
+            };
+            planned.push(Planned {
+                info: NodeInfo {
+                    name: name.clone(),
+                    implementation: g.implementation,
+                    roles: vec![g.role],
+                    address: addr.clone(),
+                    or_port,
+                    dir_port,
+                    socks_port,
+                    control_port: None,
+                    fingerprint: None,
+                    v3ident: None,
+                    pid: 0,
+                    start_time: 0,
+                    log: data_dir.join(format!("{name}.log")),
+                    data_dir,
+                },
+                role: g.role,
+                extra: if g.implementation == Implementation::Tor {
+                    g.torrc.clone()
+                } else {
+                    g.config.clone()
+                },
+                ed_or_v3: None,
+            });
+        }
+    }
+
+    // Sink ports.
+    let sink_ports = if spec.sink {
+        Some((port()?, port()?, port()?))
+    } else {
+        None
+    };
+
+    // Identities.
+    p.step(
+        "keys",
+        &format!("generating identities for {} nodes", planned.len()),
+    );
+    for n in planned.iter_mut() {
+        let i = &mut n.info;
+        match (i.implementation, n.role) {
+            (Implementation::Tor, Role::Authority) => {
+                let dp = i.dir_port.unwrap_or(0);
+                let v3 = torrc::gencert(&i.data_dir, &format!("{}:{dp}", i.address))
+                    .map_err(|e| LaunchError::node(e, i))?;
+                i.v3ident = Some(v3.clone());
+                n.ed_or_v3 = Some(v3);
+                let fp =
+                    torrc::list_fingerprint(&opts.tor_bin, &i.data_dir, i.or_port.unwrap_or(0))
+                        .map_err(|e| LaunchError::node(e, i))?;
+                i.fingerprint = Some(fp);
+            }
+            (Implementation::Tor, Role::Relay | Role::Exit) => {
+                let fp =
+                    torrc::list_fingerprint(&opts.tor_bin, &i.data_dir, i.or_port.unwrap_or(0))
+                        .map_err(|e| LaunchError::node(e, i))?;
+                i.fingerprint = Some(fp);
+            }
+            (Implementation::Onionmix, Role::Relay | Role::Exit) => {
+                write_onionmix_relay_config(
+                    i,
+                    n.role,
+                    &[],
+                    sink_ports.map(|s| s.2),
+                    &n.extra,
+                    &addr,
+                )
+                .map_err(|e| LaunchError::node(e, i))?;
+                let out = Command::new(&opts.onionmix_bin)
+                    .args(["relay", "--config"])
+                    .arg(i.data_dir.join("relay.toml"))
+                    .arg("--list-fingerprint")
+                    .output()
+                    .map_err(|e| LaunchError::node(format!("cannot run onionmix: {e}"), i))?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let fp: String = text
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_string();
+                if !out.status.success() || fp.len() != 40 {
+                    return Err(LaunchError::node(
+                        format!(
+                            "onionmix relay --list-fingerprint failed: {}{}",
+                            text,
+                            String::from_utf8_lossy(&out.stderr)
+                        ),
+                        i,
+                    ));
+                }
+                i.fingerprint = Some(fp);
+            }
+            (Implementation::Onionmix, Role::Authority) => {
+                return Err(LaunchError::node(
+                    "onionmix authorities are not supported by this launcher yet",
+                    i,
+                ));
+            }
+            (_, Role::Client) => {}
+        }
+    }
+
+    // Directory authority lines / entries.
+    let auths: Vec<&NodeInfo> = planned
+        .iter()
+        .filter(|n| n.role == Role::Authority)
+        .map(|n| &n.info)
+        .collect();
+    let dirauth_lines: Vec<String> = auths
+        .iter()
+        .map(|a| {
+            torrc::dirauthority_line(
+                &a.name,
+                a.or_port.unwrap_or(0),
+                a.v3ident.as_deref().unwrap_or(""),
+                &a.address,
+                a.dir_port.unwrap_or(0),
+                a.fingerprint.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+    let auth_entries: Vec<AuthEntry> = auths
+        .iter()
+        .map(|a| AuthEntry {
+            nickname: a.name.clone(),
+            v3ident: a.v3ident.clone().unwrap_or_default(),
+            fingerprint: a.fingerprint.clone().unwrap_or_default(),
+            dir_addr: format!("{}:{}", a.address, a.dir_port.unwrap_or(0)),
+            or_addr: format!("{}:{}", a.address, a.or_port.unwrap_or(0)),
+        })
+        .collect();
+
+    // Configs.
+    p.step("configs", "writing torrc and onionmix configs");
+    let resolv = sink_ports.map(|(_, _, dns)| {
+        let path = dir.join("resolv.conf");
+        let _ = std::fs::write(&path, format!("nameserver {addr}:{dns}\n"));
+        path
+    });
+    for n in &planned {
+        let i = &n.info;
+        match i.implementation {
+            Implementation::Tor => {
+                let t = torrc::render(&torrc::TorNode {
+                    nick: &i.name,
+                    role: n.role,
+                    data_dir: &i.data_dir,
+                    addr: &i.address,
+                    or_port: i.or_port,
+                    dir_port: i.dir_port,
+                    socks_port: i.socks_port,
+                    resolv_conf: resolv.as_deref(),
+                    dirauths: &dirauth_lines,
+                    extra: &n.extra,
+                });
+                std::fs::write(i.data_dir.join("torrc"), t)
+                    .map_err(|e| LaunchError::node(e.to_string(), i))?;
+            }
+            Implementation::Onionmix => match n.role {
+                Role::Client => write_onionmix_client_config(i, &auth_entries, &n.extra)
+                    .map_err(|e| LaunchError::node(e, i))?,
+                Role::Relay | Role::Exit => write_onionmix_relay_config(
+                    i,
+                    n.role,
+                    &auth_entries,
+                    sink_ports.map(|s| s.2),
+                    &n.extra,
+                    &addr,
+                )
+                .map_err(|e| LaunchError::node(e, i))?,
+                Role::Authority => {}
+            },
+        }
+    }
+
+    // Start: sink, authorities, relays, then clients.
+    let mut children: Vec<Child> = Vec::new();
+    let mut started: Vec<NodeInfo> = Vec::new();
+    let mut sink_info = None;
+    let fail = |children: &mut Vec<Child>,
+                started: &[NodeInfo],
+                sink: &Option<SinkInfo>,
+                e: LaunchError| {
+        let info = NetworkInfo {
+            spec: spec.name.clone(),
+            dir: dir.clone(),
+            ready_unix: 0,
+            bootstrap_secs: 0.0,
+            nodes: started.to_vec(),
+            sink: sink.clone(),
+        };
+        stop_info(&info);
+        for c in children.iter_mut() {
+            let _ = c.wait();
+        }
+        e
+    };
+    if let Some((http, echo, dns)) = sink_ports {
+        let log = dir.join("sink.log");
+        let mut cmd = Command::new(&opts.onionmix_bin);
+        cmd.args([
+            "sink",
+            "--http",
+            &format!("{addr}:{http}"),
+            "--echo",
+            &format!("{addr}:{echo}"),
+            "--dns",
+            &format!("{addr}:{dns}"),
+        ]);
+        let child = proc::spawn(cmd, &log)
+            .map_err(|e| LaunchError::new(format!("cannot start the sink: {e}")))?;
+        let pid = child.id();
+        children.push(child);
+        let st = proc::start_time(pid).unwrap_or(0);
+        let parse = |p: u16| -> SocketAddr {
+            SocketAddr::new(addr.parse().unwrap_or([127, 0, 0, 1].into()), p)
+        };
+        sink_info = Some(SinkInfo {
+            http: parse(http),
+            echo: parse(echo),
+            dns: parse(dns),
+            hostname: crate::sink::SINK_HOSTNAME.into(),
+            pid,
+            start_time: st,
+            log,
+        });
+    }
+    let order = [Role::Authority, Role::Relay, Role::Exit, Role::Client];
+    p.step(
+        "start",
+        &format!(
+            "starting {} processes",
+            planned.len() + usize::from(spec.sink)
+        ),
+    );
+    for role in order {
+        for n in planned.iter().filter(|n| n.role == role) {
+            let mut info = n.info.clone();
+            let cmd = match info.implementation {
+                Implementation::Tor => {
+                    let mut c = Command::new(&opts.tor_bin);
+                    c.arg("-f").arg(info.data_dir.join("torrc"));
+                    c
+                }
+                Implementation::Onionmix => {
+                    let mut c = Command::new(&opts.onionmix_bin);
+                    match role {
+                        Role::Client => c
+                            .arg("client")
+                            .arg("--config")
+                            .arg(info.data_dir.join("client.toml")),
+                        _ => c
+                            .arg("relay")
+                            .arg("--config")
+                            .arg(info.data_dir.join("relay.toml")),
+                    };
+                    c
+                }
+            };
+            let child = match proc::spawn(cmd, &info.log) {
+                Ok(c) => c,
+                Err(e) => {
+                    let err = LaunchError::node(format!("cannot start: {e}"), &info);
+                    return Err(fail(&mut children, &started, &sink_info, err));
+                }
+            };
+            info.pid = child.id();
+            info.start_time = proc::start_time(info.pid).unwrap_or(0);
+            children.push(child);
+            started.push(info);
+        }
+    }
+
+    // Wait for readiness.
+    let timeout = opts
+        .timeout
+        .unwrap_or(Duration::from_secs(spec.bootstrap_timeout_secs));
+    let deadline = p.t0 + timeout;
+    let n_relays = started
+        .iter()
+        .filter(|n| n.roles.iter().any(|r| r.is_relay()))
+        .count();
+    let auth_dir = started
+        .iter()
+        .find(|n| n.has_role(Role::Authority))
+        .and_then(|n| n.dir_addr());
+    let mut last_count = usize::MAX;
+    let mut consensus_ok = false;
+    let mut clients_done = 0;
+    p.step(
+        "consensus",
+        &format!("waiting for a consensus listing all {n_relays} relays"),
+    );
+    loop {
+        // A node that exited is a failure.
+        for (i, c) in children.iter_mut().enumerate() {
+            if let Ok(Some(status)) = c.try_wait() {
+                let (name, log) = if i == 0 && spec.sink {
+                    ("sink".to_string(), dir.join("sink.log"))
+                } else {
+                    let idx = i - usize::from(spec.sink);
+                    started
+                        .get(idx)
+                        .map(|n| (n.name.clone(), n.log.clone()))
+                        .unwrap_or(("?".into(), dir.join("sink.log")))
+                };
+                let err = LaunchError {
+                    msg: format!("node exited during start-up ({status})"),
+                    node: Some(name),
+                    log_tail: proc::tail(&log, 25),
+                };
+                return Err(fail(&mut children, &started, &sink_info, err));
+            }
+        }
+        if !consensus_ok {
+            if let Some(a) = auth_dir {
+                let n = count_consensus_relays(a);
+                if n != last_count {
+                    if n > 0 {
+                        p.step("consensus", &format!("{n}/{n_relays} relays listed"));
+                    }
+                    last_count = n;
+                }
+                if n >= n_relays {
+                    consensus_ok = true;
+                    p.step("consensus", "complete");
+                }
+            }
+        }
+        let clients: Vec<&NodeInfo> = started
+            .iter()
+            .filter(|n| n.has_role(Role::Client))
+            .collect();
+        let done = clients
+            .iter()
+            .filter(|c| {
+                std::fs::read_to_string(&c.log).is_ok_and(|l| l.contains("Bootstrapped 100%"))
+            })
+            .count();
+        if done != clients_done {
+            clients_done = done;
+            p.step(
+                "bootstrap",
+                &format!("{done}/{} clients at 100%", clients.len()),
+            );
+        }
+        if consensus_ok && done == clients.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            // Blame a client that has not bootstrapped, else the first authority.
+            let culprit = if consensus_ok {
+                clients
+                    .iter()
+                    .find(|c| {
+                        !std::fs::read_to_string(&c.log)
+                            .is_ok_and(|l| l.contains("Bootstrapped 100%"))
+                    })
+                    .copied()
+            } else {
+                started.iter().find(|n| n.has_role(Role::Authority))
+            };
+            let msg = if consensus_ok {
+                format!("client did not reach Bootstrapped 100% within {timeout:?}")
+            } else {
+                format!(
+                    "no consensus listing all {n_relays} relays within {timeout:?} (last seen: {})",
+                    if last_count == usize::MAX {
+                        0
+                    } else {
+                        last_count
+                    }
+                )
+            };
+            let err = match culprit {
+                Some(c) => LaunchError::node(msg, c),
+                None => LaunchError::new(msg),
+            };
+            return Err(fail(&mut children, &started, &sink_info, err));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    if let Some(s) = &sink_info {
+        if TcpStream::connect_timeout(&s.http, Duration::from_secs(2)).is_err() {
+            let err = LaunchError {
+                msg: "the sink is not accepting connections".into(),
+                node: Some("sink".into()),
+                log_tail: proc::tail(&s.log, 25),
+            };
+            return Err(fail(&mut children, &started, &sink_info, err));
+        }
+    }
+    let info = NetworkInfo {
+        spec: spec.name.clone(),
+        dir: dir.clone(),
+        ready_unix: now_unix(),
+        bootstrap_secs: p.t0.elapsed().as_secs_f64(),
+        nodes: started,
+        sink: sink_info,
+    };
+    info.save().map_err(LaunchError::new)?;
+    p.step(
+        "ready",
+        &format!(
+            "network.json written to {}",
+            NetworkInfo::path(&dir).display()
+        ),
+    );
+    Ok(Network { info, children })
+}
+
+/// Count `r ` lines in an authority's current microdesc consensus.
+pub fn count_consensus_relays(dir_addr: SocketAddr) -> usize {
+    match http_get_plain(dir_addr, "/tor/status-vote/current/consensus-microdesc") {
+        Some(body) => body.lines().filter(|l| l.starts_with("r ")).count(),
+        None => 0,
+    }
+}
+
+/// A minimal blocking HTTP/1.0 GET (identity encoding) for readiness checks.
+pub fn http_get_plain(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept-Encoding: identity\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    s.take(16 * 1024 * 1024).read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    if !text.starts_with("HTTP/1.0 200") && !text.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+}
+
+struct AuthEntry {
+    nickname: String,
+    v3ident: String,
+    fingerprint: String,
+    dir_addr: String,
+    or_addr: String,
+}
+
+fn auth_toml(auths: &[AuthEntry]) -> String {
+    let mut s = String::new();
+    for a in auths {
+        s.push_str(&format!(
+            "\n[[authority]]\nnickname = {:?}\nv3ident = {:?}\nfingerprint = {:?}\ndir_addr = {:?}\nor_addr = {:?}\n",
+            a.nickname, a.v3ident, a.fingerprint, a.dir_addr, a.or_addr
+        ));
+    }
+    s
+}
+
+fn write_onionmix_client_config(
+    i: &NodeInfo,
+    auths: &[AuthEntry],
+    extra: &[String],
+) -> Result<(), String> {
+    let mut s = format!(
+        "data_dir = {:?}\nsocks_listen = \"{}:{}\"\ntesting_network = true\npaths_needed_to_build_circuits = 0.67\n",
+        i.data_dir.display().to_string(),
+        i.address,
+        i.socks_port.unwrap_or(0)
+    );
+    for l in extra {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str(&auth_toml(auths));
+    std::fs::write(i.data_dir.join("client.toml"), s).map_err(|e| e.to_string())
+}
+
+fn write_onionmix_relay_config(
+    i: &NodeInfo,
+    role: Role,
+    auths: &[AuthEntry],
+    dns_port: Option<u16>,
+    extra: &[String],
+    addr: &str,
+) -> Result<(), String> {
+    let mut s = format!(
+        "data_dir = {:?}\nnickname = {:?}\nor_listen = \"{}:{}\"\ntesting_network = true\n",
+        i.data_dir.display().to_string(),
+        i.name,
+        i.address,
+        i.or_port.unwrap_or(0)
+    );
+    if role == Role::Exit {
+        s.push_str(&format!(
+            "exit = true\nexit_policy = [\"accept {}/8:*\"]\nexit_policy_reject_private = false\n",
+            torrc_net(addr)
+        ));
+        if let Some(p) = dns_port {
+            s.push_str(&format!("nameserver = \"{addr}:{p}\"\n"));
+        }
+    }
+    for l in extra {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str(&auth_toml(auths));
+    std::fs::write(i.data_dir.join("relay.toml"), s).map_err(|e| e.to_string())
+}
+
+fn torrc_net(addr: &str) -> String {
+    let first = addr.split('.').next().unwrap_or("127");
+    format!("{first}.0.0.0")
+}

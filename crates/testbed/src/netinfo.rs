@@ -1,0 +1,133 @@
+//! `network.json`: what a running network consists of.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Implementation, Role};
+
+/// One node of a running network.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeInfo {
+    /// Node name (e.g. `auth0`, `omexit0`).
+    pub name: String,
+    /// Implementation.
+    pub implementation: Implementation,
+    /// Roles.
+    pub roles: Vec<Role>,
+    /// Address it listens on.
+    pub address: String,
+    /// ORPort (relays and authorities).
+    pub or_port: Option<u16>,
+    /// DirPort (authorities).
+    pub dir_port: Option<u16>,
+    /// SOCKS port (clients).
+    pub socks_port: Option<u16>,
+    /// Control port, if any.
+    pub control_port: Option<u16>,
+    /// RSA identity fingerprint (40 hex), for relays and authorities.
+    pub fingerprint: Option<String>,
+    /// v3 identity (authorities).
+    pub v3ident: Option<String>,
+    /// Process ID.
+    pub pid: u32,
+    /// Process start time (clock ticks after boot, /proc/<pid>/stat
+    /// field 22) to recognise the process again.
+    pub start_time: u64,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Log file.
+    pub log: PathBuf,
+}
+
+impl NodeInfo {
+    /// The SOCKS address, if this is a client.
+    pub fn socks_addr(&self) -> Option<SocketAddr> {
+        self.socks_port
+            .and_then(|p| format!("{}:{p}", self.address).parse().ok())
+    }
+    /// The DirPort address.
+    pub fn dir_addr(&self) -> Option<SocketAddr> {
+        self.dir_port
+            .and_then(|p| format!("{}:{p}", self.address).parse().ok())
+    }
+    /// Whether the node has a role.
+    pub fn has_role(&self, r: Role) -> bool {
+        self.roles.contains(&r)
+    }
+}
+
+/// The sink.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SinkInfo {
+    /// HTTP address.
+    pub http: SocketAddr,
+    /// Echo address.
+    pub echo: SocketAddr,
+    /// DNS (UDP) address.
+    pub dns: SocketAddr,
+    /// Hostname that resolves to the sink at exits.
+    pub hostname: String,
+    /// Process ID.
+    pub pid: u32,
+    /// Process start time.
+    pub start_time: u64,
+    /// Log file.
+    pub log: PathBuf,
+}
+
+/// The whole network.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NetworkInfo {
+    /// Spec name.
+    pub spec: String,
+    /// State directory.
+    pub dir: PathBuf,
+    /// Unix time the network became ready.
+    pub ready_unix: u64,
+    /// Seconds from start to ready.
+    pub bootstrap_secs: f64,
+    /// Nodes.
+    pub nodes: Vec<NodeInfo>,
+    /// The sink, if started.
+    pub sink: Option<SinkInfo>,
+}
+
+impl NetworkInfo {
+    /// Path of network.json in a state dir.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join("network.json")
+    }
+    /// Load from a state dir.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let p = Self::path(dir);
+        let text = std::fs::read_to_string(&p).map_err(|e| {
+            format!(
+                "no running network in {} ({}: {e})",
+                dir.display(),
+                p.display()
+            )
+        })?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+    }
+    /// Save to its state dir.
+    pub fn save(&self) -> Result<(), String> {
+        let p = Self::path(&self.dir);
+        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let tmp = p.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, &p).map_err(|e| e.to_string())
+    }
+    /// A node by name.
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+    /// Clients of an implementation.
+    pub fn clients(&self, imp: Option<Implementation>) -> Vec<&NodeInfo> {
+        self.nodes
+            .iter()
+            .filter(|n| n.has_role(Role::Client) && imp.is_none_or(|i| n.implementation == i))
+            .collect()
+    }
+}

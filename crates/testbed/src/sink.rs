@@ -1,0 +1,382 @@
+//! The sink: the target of every workload. An HTTP/1.1 server on loopback
+//! serving `GET /bytes/<n>` (n deterministic pseudo-random bytes, their
+//! SHA-256 in the `X-Onionmix-Sha256` header), a TCP echo port, and a small
+//! DNS responder that answers A queries for names under
+//! [`TEST_DOMAIN`] so exits can resolve the sink by name.
+//!
+//! The byte stream for `/bytes/<n>` is the ChaCha8 keystream of
+//! `rand_chacha::ChaCha8Rng::seed_from_u64(n)`, so any client can recompute
+//! it; the digest header makes recomputation unnecessary.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tracing::debug;
+
+/// Largest body `/bytes/<n>` serves.
+pub const MAX_BYTES: u64 = 1 << 30;
+/// Names under this domain resolve to the sink's address.
+pub const TEST_DOMAIN: &str = "onionmix.test";
+/// The sink's hostname.
+pub const SINK_HOSTNAME: &str = "sink.onionmix.test";
+/// Largest request head accepted.
+const MAX_HEAD: usize = 8 * 1024;
+/// Idle time before a keep-alive connection is closed.
+const IDLE: Duration = Duration::from_secs(120);
+
+/// Fill `out` with bytes `[offset, offset+len)` of the stream for `n`
+/// (offset must be a multiple of 64 for the fast path; we only stream
+/// sequentially, so one generator per response is enough).
+pub fn generator(n: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(n)
+}
+
+/// The whole body for `n` (tests and small sizes).
+pub fn body(n: u64) -> Vec<u8> {
+    let mut v = vec![0u8; n as usize];
+    generator(n).fill_bytes(&mut v);
+    v
+}
+
+/// SHA-256 of the body for `n`.
+pub fn digest(n: u64) -> [u8; 32] {
+    let mut g = generator(n);
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(buf.len() as u64) as usize;
+        g.fill_bytes(&mut buf[..k]);
+        h.update(&buf[..k]);
+        left -= k as u64;
+    }
+    h.finalize().into()
+}
+
+/// Addresses the sink listens on.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkAddrs {
+    /// HTTP.
+    pub http: SocketAddr,
+    /// TCP echo.
+    pub echo: SocketAddr,
+    /// DNS (UDP).
+    pub dns: SocketAddr,
+}
+
+/// Start the sink's three listeners on the given addresses (port 0 picks
+/// one) and return the bound addresses.
+pub async fn start(
+    http: SocketAddr,
+    echo: SocketAddr,
+    dns: SocketAddr,
+) -> std::io::Result<SinkAddrs> {
+    let hl = TcpListener::bind(http).await?;
+    let el = TcpListener::bind(echo).await?;
+    let du = UdpSocket::bind(dns).await?;
+    let addrs = SinkAddrs {
+        http: hl.local_addr()?,
+        echo: el.local_addr()?,
+        dns: du.local_addr()?,
+    };
+    let cache: Arc<Mutex<HashMap<u64, [u8; 32]>>> = Arc::new(Mutex::new(HashMap::new()));
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = hl.accept().await else {
+                continue;
+            };
+            let cache = cache.clone();
+            tokio::spawn(async move {
+                if let Err(e) = serve_http(s, cache).await {
+                    debug!("sink http: {e}");
+                }
+            });
+        }
+    });
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = el.accept().await else {
+                continue;
+            };
+            tokio::spawn(serve_echo(s));
+        }
+    });
+    let answer_ip = match addrs.http.ip() {
+        IpAddr::V4(a) if !a.is_unspecified() => a,
+        _ => Ipv4Addr::LOCALHOST,
+    };
+    tokio::spawn(serve_dns(du, answer_ip));
+    Ok(addrs)
+}
+
+async fn serve_echo(mut s: TcpStream) {
+    let _ = s.set_nodelay(true);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match tokio::time::timeout(IDLE, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+            Ok(Ok(n)) => {
+                if s.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn cached_digest(cache: &Mutex<HashMap<u64, [u8; 32]>>, n: u64) -> [u8; 32] {
+    if let Some(d) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&n) {
+        return *d;
+    }
+    let d = digest(n);
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() > 256 {
+        c.clear();
+    }
+    c.insert(n, d);
+    d
+}
+
+async fn serve_http(
+    mut s: TcpStream,
+    cache: Arc<Mutex<HashMap<u64, [u8; 32]>>>,
+) -> std::io::Result<()> {
+    let _ = s.set_nodelay(true);
+    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    loop {
+        // Read one request head.
+        let head_end = loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            if buf.len() > MAX_HEAD {
+                s.write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await?;
+                return Ok(());
+            }
+            let mut tmp = [0u8; 2048];
+            let n = match tokio::time::timeout(IDLE, s.read(&mut tmp)).await {
+                Ok(r) => r?,
+                Err(_) => return Ok(()),
+            };
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+        buf.drain(..head_end);
+        let mut lines = head.split("\r\n");
+        let request_line = lines.next().unwrap_or("");
+        let close = head.to_ascii_lowercase().contains("connection: close")
+            || request_line.ends_with("HTTP/1.0");
+        let mut parts = request_line.split(' ');
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if method != "GET" && method != "HEAD" {
+            respond_simple(&mut s, 405, "Method Not Allowed", "only GET\n").await?;
+            continue;
+        }
+        if let Some(nstr) = path.strip_prefix("/bytes/") {
+            let n = match nstr.parse::<u64>() {
+                Ok(n) if n <= MAX_BYTES => n,
+                _ => {
+                    respond_simple(
+                        &mut s,
+                        400,
+                        "Bad Request",
+                        "n must be an integer <= 1 GiB\n",
+                    )
+                    .await?;
+                    continue;
+                }
+            };
+            let d = if n <= 4 * 1024 * 1024 {
+                cached_digest(&cache, n)
+            } else {
+                let c = cache.clone();
+                tokio::task::spawn_blocking(move || cached_digest(&c, n))
+                    .await
+                    .unwrap_or([0u8; 32])
+            };
+            let hdr = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\nX-Onionmix-Sha256: {}\r\n{}\r\n",
+                hex::encode(d),
+                if close { "Connection: close\r\n" } else { "" }
+            );
+            s.write_all(hdr.as_bytes()).await?;
+            if method == "GET" {
+                let mut g = generator(n);
+                let mut chunk = vec![0u8; 64 * 1024];
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(chunk.len() as u64) as usize;
+                    g.fill_bytes(&mut chunk[..k]);
+                    s.write_all(&chunk[..k]).await?;
+                    left -= k as u64;
+                }
+            }
+        } else if path == "/" {
+            respond_simple(
+                &mut s,
+                200,
+                "OK",
+                "onionmix sink: GET /bytes/<n> returns n deterministic bytes (SHA-256 in X-Onionmix-Sha256)\n",
+            )
+            .await?;
+        } else {
+            respond_simple(&mut s, 404, "Not Found", "try /bytes/<n>\n").await?;
+        }
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+async fn respond_simple(
+    s: &mut TcpStream,
+    code: u16,
+    reason: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let r = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(r.as_bytes()).await
+}
+
+/// Answer DNS A queries under [`TEST_DOMAIN`] with `ip`; everything else
+/// gets NXDOMAIN (AAAA under the domain: an empty answer).
+async fn serve_dns(sock: UdpSocket, ip: Ipv4Addr) {
+    let mut buf = [0u8; 512];
+    loop {
+        let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
+            continue;
+        };
+        if let Some(resp) = dns_answer(&buf[..n], ip) {
+            let _ = sock.send_to(&resp, peer).await;
+        }
+    }
+}
+
+/// Build the DNS response for one query (None: not a query we answer).
+pub fn dns_answer(q: &[u8], ip: Ipv4Addr) -> Option<Vec<u8>> {
+    if q.len() < 12 || q[2] & 0x80 != 0 {
+        return None;
+    }
+    let qdcount = u16::from_be_bytes([q[4], q[5]]);
+    if qdcount != 1 {
+        return None;
+    }
+    // Parse the question name.
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = *q.get(i)? as usize;
+        if len == 0 {
+            i += 1;
+            break;
+        }
+        if len > 63 {
+            return None;
+        }
+        let l = q.get(i + 1..i + 1 + len)?;
+        labels.push(String::from_utf8_lossy(l).to_ascii_lowercase());
+        i += 1 + len;
+        if labels.len() > 32 {
+            return None;
+        }
+    }
+    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+    let qend = i + 4;
+    if q.len() < qend {
+        return None;
+    }
+    let name = labels.join(".");
+    let ours = name == TEST_DOMAIN || name.ends_with(&format!(".{TEST_DOMAIN}"));
+    let mut r = Vec::with_capacity(qend + 16);
+    r.extend_from_slice(&q[..2]);
+    let rcode: u8 = if ours { 0 } else { 3 };
+    r.extend_from_slice(&[0x81 | (q[2] & 0x01), 0x80 | rcode]);
+    r.extend_from_slice(&[0, 1]);
+    let answer = ours && qtype == 1;
+    r.extend_from_slice(&[0, u8::from(answer), 0, 0, 0, 0]);
+    r.extend_from_slice(&q[12..qend]);
+    if answer {
+        r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        r.extend_from_slice(&ip.octets());
+    }
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_bytes_and_digest() {
+        assert_eq!(body(1000), body(1000));
+        assert_ne!(body(1000)[..100], body(1001)[..100]);
+        let b = body(300_000);
+        assert_eq!(<[u8; 32]>::from(Sha256::digest(&b)), digest(300_000));
+    }
+
+    #[test]
+    fn dns_answers_test_domain_only() {
+        // Query for sink.onionmix.test A.
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for l in ["sink", "onionmix", "test"] {
+            q.push(l.len() as u8);
+            q.extend_from_slice(l.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let r = dns_answer(&q, Ipv4Addr::new(127, 0, 0, 1)).unwrap();
+        assert_eq!(&r[..2], &[0x12, 0x34]);
+        assert_eq!(r[3] & 0x0f, 0);
+        assert_eq!(&r[r.len() - 4..], &[127, 0, 0, 1]);
+        let mut other = q.clone();
+        other[13] = b'x';
+        other[27] = b'x'; // "test" -> "tesx"
+        let r = dns_answer(&other, Ipv4Addr::LOCALHOST).unwrap();
+        assert_eq!(r[3] & 0x0f, 3);
+        assert!(dns_answer(&q[..10], Ipv4Addr::LOCALHOST).is_none());
+    }
+
+    #[tokio::test]
+    async fn http_and_echo() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = start(any, any, any).await.unwrap();
+        let mut s = TcpStream::connect(a.http).await.unwrap();
+        let r = crate::http::get(&mut s, "sink", "/bytes/100000", std::time::Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), 100_000);
+        assert!(r.sha256_ok());
+        // Keep-alive: a second request on the same connection.
+        let r = crate::http::get(&mut s, "sink", "/bytes/7", std::time::Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(r.body, body(7));
+        let r = crate::http::get(
+            &mut s,
+            "sink",
+            "/bytes/notanumber",
+            std::time::Instant::now(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 400);
+        let mut e = TcpStream::connect(a.echo).await.unwrap();
+        e.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        e.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ping");
+    }
+}

@@ -1,0 +1,286 @@
+//! Network specs (TOML). See `docs/testnet.md`.
+
+use serde::{Deserialize, Serialize};
+
+/// Built-in specs, embedded in the binary.
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "tor-basic",
+        include_str!("../../../testnets/tor-basic.toml"),
+    ),
+    (
+        "tor-basic-onionmix-client",
+        include_str!("../../../testnets/tor-basic-onionmix-client.toml"),
+    ),
+    ("mixed", include_str!("../../../testnets/mixed.toml")),
+];
+
+/// Which implementation runs a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Implementation {
+    /// The stock `tor` binary on PATH.
+    Tor,
+    /// The onionmix binary.
+    Onionmix,
+}
+
+/// A node's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Directory authority (also a relay).
+    Authority,
+    /// Non-exit relay.
+    Relay,
+    /// Exit relay (exits to 127.0.0.0/8).
+    Exit,
+    /// Client with a SOCKS port.
+    Client,
+}
+
+impl Role {
+    /// Short name used in node names.
+    pub fn short(self) -> &'static str {
+        match self {
+            Role::Authority => "auth",
+            Role::Relay => "relay",
+            Role::Exit => "exit",
+            Role::Client => "client",
+        }
+    }
+    /// Whether nodes of this role appear in the consensus.
+    pub fn is_relay(self) -> bool {
+        !matches!(self, Role::Client)
+    }
+}
+
+/// A group of identical nodes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeGroup {
+    /// Implementation.
+    #[serde(rename = "impl")]
+    pub implementation: Implementation,
+    /// Role.
+    pub role: Role,
+    /// How many.
+    #[serde(default = "one")]
+    pub count: usize,
+    /// Extra torrc lines (stock tor nodes).
+    #[serde(default)]
+    pub torrc: Vec<String>,
+    /// Extra TOML lines appended to an onionmix node's config.
+    #[serde(default)]
+    pub config: Vec<String>,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_timeout() -> u64 {
+    120
+}
+fn yes() -> bool {
+    true
+}
+
+/// A whole network.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Name.
+    pub name: String,
+    /// One-line description.
+    #[serde(default)]
+    pub description: String,
+    /// Give up if the network is not ready after this many seconds.
+    #[serde(default = "default_timeout")]
+    pub bootstrap_timeout_secs: u64,
+    /// Start the sink.
+    #[serde(default = "yes")]
+    pub sink: bool,
+    /// Node groups.
+    #[serde(rename = "nodes")]
+    pub nodes: Vec<NodeGroup>,
+}
+
+/// Spec problems.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// Not a built-in name and not a readable file.
+    #[error("no built-in spec named {name:?} and no such file ({err}); built-ins: {}", builtin_names().join(", "))]
+    NotFound {
+        /// What was asked for.
+        name: String,
+        /// File error.
+        err: String,
+    },
+    /// TOML error.
+    #[error("invalid spec {name}: {err}")]
+    Parse {
+        /// Spec.
+        name: String,
+        /// Error.
+        err: String,
+    },
+    /// Semantic problem.
+    #[error("invalid spec {name}: {why}")]
+    Invalid {
+        /// Spec.
+        name: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Names of the built-in specs.
+pub fn builtin_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+/// Most nodes in one network.
+pub const MAX_NODES: usize = 64;
+
+impl Spec {
+    /// Load a built-in by name, or a TOML file by path.
+    pub fn load(name_or_path: &str) -> Result<Spec, SpecError> {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Spec::parse(name_or_path, text);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| SpecError::NotFound {
+            name: name_or_path.into(),
+            err: e.to_string(),
+        })?;
+        Spec::parse(name_or_path, &text)
+    }
+
+    /// Parse and validate spec text.
+    pub fn parse(name: &str, text: &str) -> Result<Spec, SpecError> {
+        let s: Spec = toml::from_str(text).map_err(|e| SpecError::Parse {
+            name: name.into(),
+            err: e.to_string(),
+        })?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    fn invalid(&self, why: impl Into<String>) -> SpecError {
+        SpecError::Invalid {
+            name: self.name.clone(),
+            why: why.into(),
+        }
+    }
+
+    /// Check the spec makes a network that can work.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let count = |r: Role| -> usize {
+            self.nodes
+                .iter()
+                .filter(|g| g.role == r)
+                .map(|g| g.count)
+                .sum()
+        };
+        let total: usize = self.nodes.iter().map(|g| g.count).sum();
+        if total > MAX_NODES {
+            return Err(self.invalid(format!("{total} nodes; at most {MAX_NODES}")));
+        }
+        if count(Role::Authority) == 0 {
+            return Err(self.invalid("needs at least one authority"));
+        }
+        let auth_impls: Vec<Implementation> = self
+            .nodes
+            .iter()
+            .filter(|g| g.role == Role::Authority && g.count > 0)
+            .map(|g| g.implementation)
+            .collect();
+        if auth_impls.windows(2).any(|w| w[0] != w[1]) {
+            return Err(self.invalid(
+                "all authorities must have the same implementation (tor and onionmix authorities do not vote together)",
+            ));
+        }
+        if count(Role::Client) > 0 && count(Role::Exit) == 0 {
+            return Err(self.invalid("clients need at least one exit"));
+        }
+        if count(Role::Authority) + count(Role::Relay) + count(Role::Exit) < 3 {
+            return Err(self.invalid("3-hop circuits need at least 3 relays (authorities count)"));
+        }
+        for g in &self.nodes {
+            if g.count == 0 {
+                return Err(self.invalid("a node group has count 0"));
+            }
+            if g.implementation == Implementation::Onionmix && !g.torrc.is_empty() {
+                return Err(self.invalid("torrc lines given for onionmix nodes (use `config`)"));
+            }
+            if g.implementation == Implementation::Tor && !g.config.is_empty() {
+                return Err(self.invalid("config lines given for tor nodes (use `torrc`)"));
+            }
+            for l in &g.torrc {
+                if l.contains('\n') {
+                    return Err(self.invalid("a torrc entry contains a newline"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The authorities' implementation.
+    pub fn authority_impl(&self) -> Implementation {
+        self.nodes
+            .iter()
+            .find(|g| g.role == Role::Authority)
+            .map(|g| g.implementation)
+            .unwrap_or(Implementation::Tor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_parse() {
+        for (n, _) in BUILTIN {
+            Spec::load(n).unwrap_or_else(|e| panic!("{n}: {e}"));
+        }
+    }
+
+    #[test]
+    fn bad_specs() {
+        let bad = [
+            ("no nodes", "name='x'\nnodes=[]"),
+            (
+                "no authority",
+                "name='x'\n[[nodes]]\nimpl='tor'\nrole='relay'\ncount=3",
+            ),
+            (
+                "client without exit",
+                "name='x'\n[[nodes]]\nimpl='tor'\nrole='authority'\ncount=3\n[[nodes]]\nimpl='tor'\nrole='client'",
+            ),
+            (
+                "unknown role",
+                "name='x'\n[[nodes]]\nimpl='tor'\nrole='bridge'",
+            ),
+            (
+                "unknown impl",
+                "name='x'\n[[nodes]]\nimpl='arti'\nrole='relay'",
+            ),
+            (
+                "unknown field",
+                "name='x'\nbogus=1\n[[nodes]]\nimpl='tor'\nrole='authority'\ncount=3",
+            ),
+            (
+                "mixed authorities",
+                "name='x'\n[[nodes]]\nimpl='tor'\nrole='authority'\ncount=2\n[[nodes]]\nimpl='onionmix'\nrole='authority'",
+            ),
+        ];
+        for (what, text) in bad {
+            assert!(
+                Spec::parse(what, text).is_err(),
+                "{what} should be rejected"
+            );
+        }
+        let e = Spec::load("no-such-spec").unwrap_err().to_string();
+        assert!(e.contains("tor-basic"), "{e}");
+    }
+}
