@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use rand::Rng;
 
-use crate::RelayId;
+use crate::{RelayId, RsaId};
 use crate::guards::GuardSet;
 use crate::netdir::{NetDir, Position, Relay};
 use crate::types::RelayFlags;
@@ -118,6 +118,7 @@ pub struct PathBuilder<'a> {
     netdir: &'a NetDir,
     config: &'a PathConfig,
     guards: Option<(&'a GuardSet, SystemTime)>,
+    exclude: Option<&'a std::collections::HashSet<RsaId>>,
 }
 
 impl<'a> PathBuilder<'a> {
@@ -128,7 +129,19 @@ impl<'a> PathBuilder<'a> {
             netdir,
             config,
             guards: None,
+            exclude: None,
         }
+    }
+
+    /// Never use these relays (e.g. ones that just failed).
+    #[must_use]
+    pub fn excluding(mut self, relays: &'a std::collections::HashSet<RsaId>) -> Self {
+        self.exclude = Some(relays);
+        self
+    }
+
+    fn excluded(&self, r: &Relay) -> bool {
+        self.exclude.is_some_and(|e| e.contains(&r.rsa_id))
     }
 
     /// Use the guard set: the first hop is its first usable primary guard
@@ -147,7 +160,8 @@ impl<'a> PathBuilder<'a> {
     }
 
     fn base_ok(&self, r: &Relay, need_stable: bool) -> bool {
-        r.flags
+        !self.excluded(r)
+            && r.flags
             .contains(RelayFlags::RUNNING.with(RelayFlags::VALID))
             && (!self.config.require_fast || r.flags.contains(RelayFlags::FAST))
             && (!need_stable || r.flags.contains(RelayFlags::STABLE))
@@ -249,7 +263,9 @@ impl<'a> PathBuilder<'a> {
     ) -> Result<&'a Relay, PathError> {
         if let Some((gs, now)) = self.guards {
             let id = gs
-                .pick_guard(self.netdir, now, |r| self.compatible(r, exit))
+                .pick_guard(self.netdir, now, |r| {
+                    !self.excluded(r) && self.compatible(r, exit)
+                })
                 .ok_or(PathError::NoGuard)?;
             return self.netdir.relay(&id).ok_or(PathError::NoGuard);
         }

@@ -213,8 +213,16 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         .canonicalize()
         .map_err(|e| LaunchError::new(format!("{}: {e}", dir.display())))?;
     let addr = opts.address.clone();
-    let port =
-        || proc::free_port(&addr).map_err(|e| LaunchError::new(format!("no free port: {e}")));
+    let used = std::cell::RefCell::new(std::collections::HashSet::new());
+    let port = || -> Result<u16, LaunchError> {
+        for _ in 0..50 {
+            let p = proc::free_port(&addr).map_err(|e| LaunchError::new(format!("no free port: {e}")))?;
+            if used.borrow_mut().insert(p) {
+                return Ok(p);
+            }
+        }
+        Err(LaunchError::new("no free port"))
+    };
 
     // Plan nodes: names, ports, data dirs.
     let mut planned: Vec<Planned> = Vec::new();

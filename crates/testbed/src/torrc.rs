@@ -30,7 +30,6 @@ pub const AUTHORITY: &[&str] = &[
     "TestingV3AuthInitialVotingInterval 20",
     "TestingV3AuthInitialVoteDelay 4",
     "TestingV3AuthInitialDistDelay 4",
-    "AssumeReachable 1",
     "ExitPolicy reject *:*",
 ];
 

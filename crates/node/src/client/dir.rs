@@ -343,19 +343,22 @@ impl DirMgr {
     }
 
     /// Choose a path for `purpose`, avoiding `avoid` where possible.
-    pub fn pick_path(
-        &self,
-        purpose: Purpose,
-        avoid: &HashSet<[u8; 20]>,
-    ) -> Result<Vec<HopTarget>, String> {
+    pub fn pick_path(&self, purpose: Purpose, avoid: &HashSet<[u8; 20]>) -> Result<Vec<HopTarget>, String> {
+        match self.pick_path_excluding(purpose, avoid) {
+            Ok(p) => Ok(p),
+            // Everything usable was excluded: better an old failure than none.
+            Err(_) if !avoid.is_empty() => self.pick_path_excluding(purpose, &HashSet::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn pick_path_excluding(&self, purpose: Purpose, avoid: &HashSet<[u8; 20]>) -> Result<Vec<HopTarget>, String> {
         let nd = self.netdir().ok_or("no directory yet")?;
-        let guards = self
-            .guards
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let guards = self.guards.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let now = SystemTime::now();
-        let pb = PathBuilder::new(&nd, &self.path_cfg).with_guards(&guards, now);
+        let pb = PathBuilder::new(&nd, &self.path_cfg)
+            .with_guards(&guards, now)
+            .excluding(avoid);
         let mut rng = rand::thread_rng();
         let Purpose::Exit(port) = purpose;
         let target = match port {
@@ -363,8 +366,8 @@ impl DirMgr {
             None => ExitTarget::AnyPort,
         };
         let mut last = String::new();
-        for attempt in 0..24 {
-            // In testing networks the exits' policies usually accept only
+        for _ in 0..8 {
+            // In testing networks the exits' policies may accept only
             // 127.0.0.0/8, which a port summary cannot express: fall back
             // to any relay with the Exit flag, as tor effectively does.
             let res = match pb.exit_path(&mut rng, target) {
@@ -384,18 +387,15 @@ impl DirMgr {
                 Ok(ids) => {
                     let hops: Option<Vec<HopTarget>> =
                         ids.iter().map(|id| nd.relay(id).map(Self::hop)).collect();
-                    let Some(hops) = hops else { continue };
-                    let avoided = hops.iter().any(|h| avoid.contains(&h.rsa_id));
-                    if avoided && attempt < 16 {
-                        continue;
+                    if let Some(hops) = hops {
+                        return Ok(hops);
                     }
-                    return Ok(hops);
                 }
                 Err(e) => last = e.to_string(),
             }
         }
         Err(if last.is_empty() {
-            "every path went through a failing relay".into()
+            "no path".into()
         } else {
             last
         })

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use onionmix_cell::relay::{Begin, ResolvedAnswer, TargetHost, begin_flags};
 use onionmix_frontend::socks::{
@@ -21,6 +21,26 @@ use crate::reactor::{StreamEvent, StreamRequest};
 
 /// Time a SOCKS client has to finish its request.
 pub const SOCKS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Circuits a CONNECT is tried on before giving up (tor's
+/// MAX_RESOLVE_FAILURES).
+pub const MAX_STREAM_ATTEMPTS: usize = 3;
+
+/// END reasons after which tor tries the stream on another circuit.
+pub fn retriable_end(reason: u8) -> bool {
+    use onionmix_cell::relay::end_reason as r;
+    matches!(
+        reason,
+        r::MISC
+            | r::TIMEOUT
+            | r::NOROUTE
+            | r::RESOLVEFAILED
+            | r::EXITPOLICY
+            | r::RESOURCELIMIT
+            | r::HIBERNATING
+            | r::DESTROY
+    )
+}
+
 /// Idle time after which a stream with no traffic either way is closed.
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -144,9 +164,12 @@ async fn connect(
         port: req.port,
         flags,
     };
-    // Try at most two circuits: a circuit-level failure retries once.
+    // Like tor (connection_ap_process_end_not_open): a circuit-level failure
+    // or an END that blames the exit (MISC, TIMEOUT, NOROUTE, RESOLVEFAILED,
+    // EXITPOLICY, RESOURCELIMIT, HIBERNATING) retries on another circuit, up
+    // to MAX_STREAM_ATTEMPTS; the circuit takes no new streams afterwards.
     let mut last_err = StreamError::Timeout;
-    for _ in 0..2 {
+    for attempt in 0..MAX_STREAM_ATTEMPTS {
         let circ = match ctx.circmgr.get_exit_circuit(&key, Some(req.port)).await {
             Ok(c) => c,
             Err(e) => {
@@ -173,15 +196,17 @@ async fn connect(
                 last_err = StreamError::Unexpected;
                 break;
             }
-            Err(e @ StreamError::End(_)) => {
-                last_err = e;
-                break;
-            }
             Err(e) => {
-                // The circuit failed under us: don't reuse it, try another.
-                info!("stream attempt failed at circuit level ({e}); retrying on a new circuit");
-                ctx.circmgr.retire(&circ);
+                let retry = match &e {
+                    StreamError::End(r) => retriable_end(*r),
+                    _ => true,
+                };
+                debug!("stream attempt {} failed: {e}", attempt + 1);
                 last_err = e;
+                if !retry {
+                    break;
+                }
+                ctx.circmgr.retire(&circ);
             }
         }
     }
