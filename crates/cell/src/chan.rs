@@ -269,7 +269,7 @@ pub fn encode_versions(versions: &[u16]) -> Vec<u8> {
 
 /// Parse a VERSIONS payload.
 pub fn parse_versions(p: &[u8]) -> Result<Vec<u16>, CellError> {
-    if p.len() % 2 != 0 {
+    if !p.len().is_multiple_of(2) {
         return Err(CellError::invalid("VERSIONS", "odd length"));
     }
     Ok(p.chunks_exact(2)

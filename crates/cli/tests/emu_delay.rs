@@ -1,0 +1,144 @@
+//! Configured one-way delay D gives a TCP RTT of 2D (+ the emulator's own
+//! baseline) within ±10%, for D in {5, 20, 40, 100} ms; jitter stays inside
+//! its bound; the host endpoint reaches nodes unimpaired. Needs root.
+
+use onionmix_emu::probe::RttResult;
+use onionmix_emu::testkit::{TestNet, privileged_or_skip};
+use onionmix_emu::{LinkProfile, PairOverride, ProfileRef, Topology};
+use std::path::Path;
+use std::time::Duration;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_onionmix"))
+}
+
+fn rtt(net: &TestNet, from: &str, to: &str, count: u32) -> RttResult {
+    let target = net.sock(to, 7000);
+    net.client(
+        from,
+        &[
+            "rtt".into(),
+            format!("--connect={target}"),
+            format!("--count={count}"),
+            "--interval-ms=5".into(),
+        ],
+        Duration::from_secs(120),
+    )
+    .expect("rtt probe")
+}
+
+#[test]
+fn emu_delay_gives_rtt_2d_within_10_percent() {
+    if !privileged_or_skip("emu_delay_gives_rtt_2d_within_10_percent") {
+        return;
+    }
+    let delays = [0.0, 5.0, 20.0, 40.0, 100.0];
+    let mut topo = Topology::uniform(&["c"], LinkProfile::default(), 1);
+    topo.subnet = "10.77.11.0/24".parse().expect("subnet");
+    for d in delays {
+        let name = format!("d{}", d as u32);
+        topo.nodes.push(onionmix_emu::NodeSpec::new(name.clone()));
+        topo.pairs.push(PairOverride {
+            from: "c".into(),
+            to: name,
+            profile: ProfileRef::Inline(LinkProfile::delay(d)),
+            symmetric: true,
+        });
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNet::start(exe(), dir.path(), topo).expect("emulator starts");
+    let mut servers = Vec::new();
+    for d in delays {
+        let name = format!("d{}", d as u32);
+        let listen = net.sock(&name, 7000);
+        servers.push(
+            net.server(&name, &["echo-server".into(), format!("--listen={listen}")])
+                .expect("echo server"),
+        );
+    }
+    let base = rtt(&net, "c", "d0", 40);
+    let base_med = base.median_us();
+    eprintln!("baseline (D=0) median RTT {base_med:.0} us");
+    for d in &delays[1..] {
+        let name = format!("d{}", *d as u32);
+        let count = if *d >= 100.0 { 20 } else { 30 };
+        let r = rtt(&net, "c", &name, count);
+        let med = r.median_us();
+        let want = 2.0 * d * 1000.0;
+        let err = (med - base_med - want) / want;
+        let min = r.samples_us.iter().min().copied().unwrap_or(0);
+        eprintln!(
+            "D={d} ms: median RTT {med:.0} us, min {min} us, connect {} us, expected {want:.0} + {base_med:.0} us, error {:+.2}%",
+            r.connect_us,
+            err * 100.0
+        );
+        assert!(
+            err.abs() <= 0.10,
+            "D={d}: RTT {med} us vs 2D={want} us + baseline {base_med}"
+        );
+        assert!(min as f64 >= want, "D={d}: an RTT of {min} us is below 2D");
+        // The handshake is one round trip too.
+        let cerr = (r.connect_us as f64 - want) / want;
+        assert!(
+            cerr > -0.01 && cerr < 0.5,
+            "D={d}: connect {} us",
+            r.connect_us
+        );
+    }
+    // Host endpoint: the root namespace reaches a node through an unimpaired
+    // path, even though the node's core links are delayed.
+    let host = onionmix_emu::probe::rtt_client(
+        net.sock("d100", 7000),
+        10,
+        Duration::from_millis(2),
+        32,
+        Duration::from_secs(10),
+    )
+    .expect("host endpoint reaches node");
+    assert!(
+        host.median_us() < 20_000.0,
+        "host path is not delayed: {host:?}"
+    );
+    let st = net.status(Duration::from_millis(1100)).expect("status");
+    let l = st.link("core/c/d100").expect("link counters");
+    assert!(l.counters.rx_packets >= 20, "{l:?}");
+    assert_eq!(l.counters.drop_loss + l.counters.drop_queue, 0);
+    assert!(st.global.host_packets >= 20);
+    eprintln!("{}", st.render_table(false));
+    drop(servers);
+    net.stop().expect("clean stop");
+}
+
+#[test]
+fn emu_jitter_is_bounded_without_reordering() {
+    if !privileged_or_skip("emu_jitter_is_bounded_without_reordering") {
+        return;
+    }
+    let prof = LinkProfile {
+        delay_ms: 20.0,
+        jitter_ms: 5.0,
+        ..Default::default()
+    };
+    let mut topo = Topology::uniform(&["a", "b"], prof, 3);
+    topo.subnet = "10.77.16.0/24".parse().expect("subnet");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNet::start(exe(), dir.path(), topo).expect("emulator starts");
+    let listen = net.sock("b", 7000);
+    let _srv = net
+        .server("b", &["echo-server".into(), format!("--listen={listen}")])
+        .expect("server");
+    let r = rtt(&net, "a", "b", 60);
+    let min = r.samples_us.iter().min().copied().unwrap_or(0);
+    let max = r.samples_us.iter().max().copied().unwrap_or(0);
+    eprintln!(
+        "jitter: RTT min {min} max {max} median {:.0}",
+        r.median_us()
+    );
+    // Two directions, each 20 ± 5 ms: RTT in [30, 50] ms plus processing.
+    assert!(min >= 30_000, "{min}");
+    assert!(max <= 52_000, "{max}");
+    assert!(max - min >= 3_000, "jitter visible: {min}..{max}");
+    let st = net.status(Duration::from_millis(1100)).expect("status");
+    assert_eq!(st.link("core/a/b").expect("link").counters.reordered, 0);
+    net.stop().expect("clean stop");
+}
