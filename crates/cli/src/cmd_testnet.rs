@@ -24,6 +24,10 @@ pub enum TestnetCmd {
         /// Give up after this many seconds (default: the spec's).
         #[arg(long)]
         timeout: Option<u64>,
+        /// Ignore the spec's link emulation and run on plain loopback
+        /// (no root needed).
+        #[arg(long)]
+        no_emulation: bool,
     },
     /// Show the nodes of a network and whether they are running.
     Status {
@@ -56,10 +60,16 @@ pub struct SinkArgs {
 
 pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
     match cmd {
-        TestnetCmd::Start { spec, dir, timeout } => {
+        TestnetCmd::Start {
+            spec,
+            dir,
+            timeout,
+            no_emulation,
+        } => {
             let spec = Spec::load(&spec)?;
             let mut opts = LaunchOptions::new(std::env::current_exe()?);
             opts.timeout = timeout.map(std::time::Duration::from_secs);
+            opts.no_emulation = no_emulation;
             let net = launcher::start(&spec, &dir, &opts)?;
             print_status(&net.info);
             eprintln!(
@@ -68,6 +78,7 @@ pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
                 net.info.bootstrap_secs,
                 dir.display()
             );
+            net.detach();
             Ok(())
         }
         TestnetCmd::Status { dir } => {
@@ -144,6 +155,22 @@ fn print_status(info: &NetworkInfo) {
                 "stopped"
             },
         );
+    }
+    if let Some(e) = &info.emulator {
+        println!(
+            "\nlink emulator pid {} ({}), subnet {}",
+            e.pid,
+            if proc::alive(e.pid, e.start_time) {
+                "running"
+            } else {
+                "stopped"
+            },
+            e.subnet
+        );
+        match onionmix_emu::run::read_status(&e.state_dir) {
+            Ok(st) => println!("{}", st.render_table(false)),
+            Err(err) => println!("(no link counters: {err})"),
+        }
     }
 }
 

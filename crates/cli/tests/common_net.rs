@@ -20,7 +20,9 @@ pub fn tor_available(test: &str) -> bool {
         .unwrap_or(false);
     if !ok {
         if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!("{test}: stock tor is required (ONIONMIX_REQUIRE_INTEROP=1) but `tor` is not on PATH; install it with: apt-get install -y tor");
+            panic!(
+                "{test}: stock tor is required (ONIONMIX_REQUIRE_INTEROP=1) but `tor` is not on PATH; install it with: apt-get install -y tor"
+            );
         }
         eprintln!("SKIP {test}: stock tor not found; install it with: apt-get install -y tor");
     }
@@ -31,7 +33,8 @@ pub fn tor_available(test: &str) -> bool {
 pub fn start(spec: &str, dir: &Path) -> NetworkGuard {
     let spec = Spec::load(spec).expect("spec");
     let opts = LaunchOptions::new(env!("CARGO_BIN_EXE_onionmix").into());
-    let net = launcher::start(&spec, dir, &opts).unwrap_or_else(|e| panic!("network start failed: {e}"));
+    let net =
+        launcher::start(&spec, dir, &opts).unwrap_or_else(|e| panic!("network start failed: {e}"));
     NetworkGuard(Some(net))
 }
 
@@ -61,4 +64,26 @@ pub async fn download(
     .map_err(|_| "download timed out".to_string())?
     .map_err(|e| e.to_string())?;
     Ok((r, t0.elapsed()))
+}
+
+/// [`download`] with up to 3 attempts 2 s apart, for requests through a
+/// stock tor client whose first streams after bootstrap can fail.
+pub async fn download_retry(
+    proxy: SocketAddr,
+    host: &str,
+    port: u16,
+    n: u64,
+) -> Result<(http::Response, Duration), String> {
+    let mut last = String::new();
+    for attempt in 0..3 {
+        match download(proxy, host, port, n, None).await {
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                eprintln!("attempt {} through {proxy} failed: {e}", attempt + 1);
+                last = e;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+    Err(last)
 }

@@ -23,8 +23,10 @@ pub struct LaunchOptions {
     pub timeout: Option<Duration>,
     /// Print step lines to stderr.
     pub progress: bool,
-    /// Address every node listens on.
+    /// Address every node listens on (loopback mode).
     pub address: String,
+    /// Ignore the spec's `[emulation]` table and run on loopback.
+    pub no_emulation: bool,
 }
 
 impl LaunchOptions {
@@ -36,6 +38,7 @@ impl LaunchOptions {
             timeout: None,
             progress: true,
             address: "127.0.0.1".into(),
+            no_emulation: false,
         }
     }
 }
@@ -69,13 +72,19 @@ impl LaunchError {
     }
 }
 
-/// A running network. Dropping it does NOT stop it; use [`Network::stop`]
-/// or [`NetworkGuard`].
-#[derive(Debug)]
+/// A running network. Dropping it stops only the link emulator (if any);
+/// use [`Network::stop`], [`Network::detach`] or [`NetworkGuard`].
 pub struct Network {
     /// What is running.
     pub info: NetworkInfo,
     children: Vec<Child>,
+    emu: Option<onionmix_emu::run::EmulatorHandle>,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network").field("info", &self.info).finish()
+    }
 }
 
 impl Network {
@@ -84,7 +93,17 @@ impl Network {
         Ok(Network {
             info: NetworkInfo::load(dir)?,
             children: Vec::new(),
+            emu: None,
         })
+    }
+
+    /// Leave the processes running when this value is dropped (the CLI's
+    /// `testnet start` exits while the network keeps running).
+    pub fn detach(mut self) {
+        if let Some(h) = self.emu.take() {
+            std::mem::forget(h);
+        }
+        self.children.clear();
     }
 
     /// Stop every process the network started. Returns the names of any
@@ -93,6 +112,9 @@ impl Network {
         let survivors = stop_info(&self.info);
         for c in &mut self.children {
             let _ = c.try_wait();
+        }
+        if let Some(h) = self.emu.take() {
+            let _ = h.stop(Duration::from_secs(10));
         }
         survivors
     }
@@ -115,12 +137,20 @@ pub fn stop_info(info: &NetworkInfo) -> Vec<String> {
             std::thread::spawn(move || (name, proc::stop(pid, st, Duration::from_secs(10))))
         })
         .collect();
-    handles
+    let mut survivors: Vec<String> = handles
         .into_iter()
         .filter_map(|h| h.join().ok())
         .filter(|(_, ok)| !ok)
         .map(|(n, _)| n)
-        .collect()
+        .collect();
+    if let Some(e) = &info.emulator {
+        if proc::alive(e.pid, e.start_time)
+            && onionmix_emu::run::stop(&e.state_dir, Duration::from_secs(10)).is_err()
+        {
+            survivors.push("emulator".into());
+        }
+    }
+    survivors
 }
 
 /// Stops the network when dropped (also on panic): for tests.
@@ -147,6 +177,7 @@ fn unreachable_info() -> &'static NetworkInfo {
         bootstrap_secs: 0.0,
         nodes: Vec::new(),
         sink: None,
+        emulator: None,
     })
 }
 
@@ -212,20 +243,8 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
     let dir = dir
         .canonicalize()
         .map_err(|e| LaunchError::new(format!("{}: {e}", dir.display())))?;
-    let addr = opts.address.clone();
-    let used = std::cell::RefCell::new(std::collections::HashSet::new());
-    let port = || -> Result<u16, LaunchError> {
-        for _ in 0..50 {
-            let p = proc::free_port(&addr).map_err(|e| LaunchError::new(format!("no free port: {e}")))?;
-            if used.borrow_mut().insert(p) {
-                return Ok(p);
-            }
-        }
-        Err(LaunchError::new("no free port"))
-    };
-
-    // Plan nodes: names, ports, data dirs.
-    let mut planned: Vec<Planned> = Vec::new();
+    // Node names, in spec order.
+    let mut names: Vec<(String, &crate::spec::NodeGroup)> = Vec::new();
     let mut counters: std::collections::HashMap<(Implementation, Role), usize> = Default::default();
     for g in &spec.nodes {
         for _ in 0..g.count {
@@ -234,65 +253,103 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 Implementation::Tor => "",
                 Implementation::Onionmix => "om",
             };
-            let name = format!("{prefix}{}{}", g.role.short(), idx);
+            names.push((format!("{prefix}{}{}", g.role.short(), idx), g));
             *idx += 1;
-            let data_dir = dir.join(&name);
-            std::fs::create_dir_all(&data_dir).map_err(|e| {
-                LaunchError::new(format!("cannot create {}: {e}", data_dir.display()))
-            })?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                let _ = std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700));
-            }
-            let or_port = if g.role.is_relay() {
-                Some(port()?)
-            } else {
-                None
-            };
-            let dir_port = if g.role == Role::Authority
-                || (g.implementation == Implementation::Tor && g.role.is_relay())
-            {
-                Some(port()?)
-            } else {
-                None
-            };
-            let socks_port = if g.role == Role::Client {
-                Some(port()?)
-            } else {
-                None
-            };
-            planned.push(Planned {
-                info: NodeInfo {
-                    name: name.clone(),
-                    implementation: g.implementation,
-                    roles: vec![g.role],
-                    address: addr.clone(),
-                    or_port,
-                    dir_port,
-                    socks_port,
-                    control_port: None,
-                    fingerprint: None,
-                    v3ident: None,
-                    pid: 0,
-                    start_time: 0,
-                    log: data_dir.join(format!("{name}.log")),
-                    data_dir,
-                },
-                role: g.role,
-                extra: if g.implementation == Implementation::Tor {
-                    g.torrc.clone()
-                } else {
-                    g.config.clone()
-                },
-                ed_or_v3: None,
-            });
         }
     }
 
+    // Link emulation: namespaces, TUNs and the emulator process first, so
+    // every node knows its address.
+    let emu = match (&spec.emulation, opts.no_emulation) {
+        (Some(topo), false) => {
+            p.step("emulator", "starting the link emulator");
+            Some(start_emulator(topo, &names, spec.sink, &dir, opts)?)
+        }
+        _ => None,
+    };
+    let addr_of = |name: &str| -> String {
+        emu.as_ref()
+            .and_then(|h| h.ready.node(name))
+            .map(|n| n.address.to_string())
+            .unwrap_or_else(|| opts.address.clone())
+    };
+    let used = std::cell::RefCell::new(std::collections::HashSet::new());
+    // With emulation every node has its own address, so ports are fixed;
+    // on loopback they are drawn at random.
+    let port = |fixed: u16| -> Result<u16, LaunchError> {
+        if emu.is_some() {
+            return Ok(fixed);
+        }
+        for _ in 0..50 {
+            let p = proc::free_port(&opts.address)
+                .map_err(|e| LaunchError::new(format!("no free port: {e}")))?;
+            if used.borrow_mut().insert(p) {
+                return Ok(p);
+            }
+        }
+        Err(LaunchError::new("no free port"))
+    };
+
+    // Plan nodes: addresses, ports, data dirs.
+    let mut planned: Vec<Planned> = Vec::new();
+    for (name, g) in &names {
+        let name = name.clone();
+        let data_dir = dir.join(&name);
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|e| LaunchError::new(format!("cannot create {}: {e}", data_dir.display())))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700));
+        }
+        let or_port = if g.role.is_relay() {
+            Some(port(5000)?)
+        } else {
+            None
+        };
+        let dir_port = if g.role == Role::Authority
+            || (g.implementation == Implementation::Tor && g.role.is_relay())
+        {
+            Some(port(7000)?)
+        } else {
+            None
+        };
+        let socks_port = if g.role == Role::Client {
+            Some(port(9050)?)
+        } else {
+            None
+        };
+        planned.push(Planned {
+            info: NodeInfo {
+                name: name.clone(),
+                implementation: g.implementation,
+                roles: vec![g.role],
+                address: addr_of(&name),
+                or_port,
+                dir_port,
+                socks_port,
+                control_port: None,
+                fingerprint: None,
+                v3ident: None,
+                pid: 0,
+                start_time: 0,
+                log: data_dir.join(format!("{name}.log")),
+                data_dir,
+            },
+            role: g.role,
+            extra: if g.implementation == Implementation::Tor {
+                g.torrc.clone()
+            } else {
+                g.config.clone()
+            },
+            ed_or_v3: None,
+        });
+    }
+    let sink_addr = addr_of("sink");
+
     // Sink ports.
     let sink_ports = if spec.sink {
-        Some((port()?, port()?, port()?))
+        Some((port(8080)?, port(7)?, port(53)?))
     } else {
         None
     };
@@ -327,9 +384,8 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     i,
                     n.role,
                     &[],
-                    sink_ports.map(|s| s.2),
+                    sink_dns(&sink_addr, sink_ports),
                     &n.extra,
-                    &addr,
                 )
                 .map_err(|e| LaunchError::node(e, i))?;
                 let out = Command::new(&opts.onionmix_bin)
@@ -400,7 +456,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
     p.step("configs", "writing torrc and onionmix configs");
     let resolv = sink_ports.map(|(_, _, dns)| {
         let path = dir.join("resolv.conf");
-        let _ = std::fs::write(&path, format!("nameserver {addr}:{dns}\n"));
+        let _ = std::fs::write(&path, format!("nameserver {sink_addr}:{dns}\n"));
         path
     });
     for n in &planned {
@@ -429,15 +485,21 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     i,
                     n.role,
                     &auth_entries,
-                    sink_ports.map(|s| s.2),
+                    sink_dns(&sink_addr, sink_ports),
                     &n.extra,
-                    &addr,
                 )
                 .map_err(|e| LaunchError::node(e, i))?,
                 Role::Authority => {}
             },
         }
     }
+
+    // Commands run inside the node's namespace when emulated.
+    let mk = |name: &str, program: &std::ffi::OsStr| -> Command {
+        emu.as_ref()
+            .and_then(|h| h.command(name, program))
+            .unwrap_or_else(|| Command::new(program))
+    };
 
     // Start: sink, authorities, relays, then clients.
     let mut children: Vec<Child> = Vec::new();
@@ -454,6 +516,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             bootstrap_secs: 0.0,
             nodes: started.to_vec(),
             sink: sink.clone(),
+            emulator: None,
         };
         stop_info(&info);
         for c in children.iter_mut() {
@@ -463,15 +526,15 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
     };
     if let Some((http, echo, dns)) = sink_ports {
         let log = dir.join("sink.log");
-        let mut cmd = Command::new(&opts.onionmix_bin);
+        let mut cmd = mk("sink", opts.onionmix_bin.as_os_str());
         cmd.args([
             "sink",
             "--http",
-            &format!("{addr}:{http}"),
+            &format!("{sink_addr}:{http}"),
             "--echo",
-            &format!("{addr}:{echo}"),
+            &format!("{sink_addr}:{echo}"),
             "--dns",
-            &format!("{addr}:{dns}"),
+            &format!("{sink_addr}:{dns}"),
         ]);
         let child = proc::spawn(cmd, &log)
             .map_err(|e| LaunchError::new(format!("cannot start the sink: {e}")))?;
@@ -479,7 +542,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         children.push(child);
         let st = proc::start_time(pid).unwrap_or(0);
         let parse = |p: u16| -> SocketAddr {
-            SocketAddr::new(addr.parse().unwrap_or([127, 0, 0, 1].into()), p)
+            SocketAddr::new(sink_addr.parse().unwrap_or([127, 0, 0, 1].into()), p)
         };
         sink_info = Some(SinkInfo {
             http: parse(http),
@@ -504,12 +567,12 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             let mut info = n.info.clone();
             let cmd = match info.implementation {
                 Implementation::Tor => {
-                    let mut c = Command::new(&opts.tor_bin);
+                    let mut c = mk(&info.name, std::ffi::OsStr::new(&opts.tor_bin));
                     c.arg("-f").arg(info.data_dir.join("torrc"));
                     c
                 }
                 Implementation::Onionmix => {
-                    let mut c = Command::new(&opts.onionmix_bin);
+                    let mut c = mk(&info.name, opts.onionmix_bin.as_os_str());
                     match role {
                         Role::Client => c
                             .arg("client")
@@ -611,7 +674,20 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             );
         }
         if consensus_ok && done == clients.len() {
-            break;
+            // Bootstrapped is not yet usable (stock tor may still fail its
+            // first streams): require an echo round trip through each client.
+            let echo = sink_info.as_ref().map(|s| s.echo);
+            let usable = match echo {
+                Some(echo) => clients
+                    .iter()
+                    .filter_map(|c| c.socks_addr())
+                    .all(|socks| echo_through_socks(socks, echo)),
+                None => true,
+            };
+            if usable {
+                p.step("traffic", "every client carried a round trip to the sink");
+                break;
+            }
         }
         if Instant::now() > deadline {
             // Blame a client that has not bootstrapped, else the first authority.
@@ -663,6 +739,12 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         bootstrap_secs: p.t0.elapsed().as_secs_f64(),
         nodes: started,
         sink: sink_info,
+        emulator: emu.as_ref().map(|h| crate::netinfo::EmulatorInfo {
+            state_dir: h.state_dir.clone(),
+            pid: h.ready.pid,
+            start_time: h.ready.pid_start,
+            subnet: h.ready.subnet.clone(),
+        }),
     };
     info.save().map_err(LaunchError::new)?;
     p.step(
@@ -672,7 +754,56 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             NetworkInfo::path(&dir).display()
         ),
     );
-    Ok(Network { info, children })
+    Ok(Network {
+        info,
+        children,
+        emu,
+    })
+}
+
+/// Start the link emulator with one namespace per node (and the sink).
+fn start_emulator(
+    topo: &onionmix_emu::Topology,
+    names: &[(String, &crate::spec::NodeGroup)],
+    sink: bool,
+    dir: &Path,
+    opts: &LaunchOptions,
+) -> Result<onionmix_emu::run::EmulatorHandle, LaunchError> {
+    onionmix_emu::netns::check_privileges().map_err(|e| {
+        LaunchError::new(format!(
+            "{e}\nThis spec emulates links; that needs root (CAP_NET_ADMIN). Without it, \
+             run the same network on plain loopback with `--no-emulation`."
+        ))
+    })?;
+    let _ =
+        onionmix_emu::netns::cleanup_stale("om", Path::new(onionmix_emu::netns::DEFAULT_REGISTRY));
+    let mut topo = topo.clone();
+    let mut all: Vec<String> = names.iter().map(|(n, _)| n.clone()).collect();
+    if sink {
+        all.push("sink".into());
+    }
+    for n in &topo.nodes {
+        if !all.contains(&n.name) {
+            return Err(LaunchError::new(format!(
+                "[emulation] names node {:?}, which the spec does not have (nodes: {})",
+                n.name,
+                all.join(", ")
+            )));
+        }
+    }
+    for n in all {
+        if !topo.nodes.iter().any(|x| x.name == n) {
+            topo.nodes.push(onionmix_emu::NodeSpec {
+                name: n,
+                address: None,
+                uplink: None,
+                downlink: None,
+            });
+        }
+    }
+    let cfg = onionmix_emu::run::EmuConfig::new(dir.join("emu"), topo);
+    onionmix_emu::run::spawn(&opts.onionmix_bin, &cfg, Duration::from_secs(30))
+        .map_err(|e| LaunchError::new(format!("link emulator: {e}")))
 }
 
 /// Count `r ` lines in an authority's current microdesc consensus.
@@ -731,6 +862,11 @@ fn write_onionmix_client_config(
         i.address,
         i.socks_port.unwrap_or(0)
     );
+    if !i.address.starts_with("127.") {
+        // Emulated networks: the SOCKS port is on the node's own address
+        // in its namespace, reached from the host endpoint.
+        s.push_str("allow_public_socks = true\n");
+    }
     for l in extra {
         s.push_str(l);
         s.push('\n');
@@ -739,13 +875,16 @@ fn write_onionmix_client_config(
     std::fs::write(i.data_dir.join("client.toml"), s).map_err(|e| e.to_string())
 }
 
+fn sink_dns(sink_addr: &str, ports: Option<(u16, u16, u16)>) -> Option<String> {
+    ports.map(|(_, _, dns)| format!("{sink_addr}:{dns}"))
+}
+
 fn write_onionmix_relay_config(
     i: &NodeInfo,
     role: Role,
     auths: &[AuthEntry],
-    dns_port: Option<u16>,
+    nameserver: Option<String>,
     extra: &[String],
-    addr: &str,
 ) -> Result<(), String> {
     let mut s = format!(
         "data_dir = {:?}\nnickname = {:?}\nor_listen = \"{}:{}\"\ntesting_network = true\n",
@@ -757,10 +896,10 @@ fn write_onionmix_relay_config(
     if role == Role::Exit {
         s.push_str(&format!(
             "exit = true\nexit_policy = [\"accept {}/8:*\"]\nexit_policy_reject_private = false\n",
-            torrc_net(addr)
+            torrc_net(&i.address)
         ));
-        if let Some(p) = dns_port {
-            s.push_str(&format!("nameserver = \"{addr}:{p}\"\n"));
+        if let Some(ns) = nameserver {
+            s.push_str(&format!("nameserver = \"{ns}\"\n"));
         }
     }
     for l in extra {
@@ -774,4 +913,50 @@ fn write_onionmix_relay_config(
 fn torrc_net(addr: &str) -> String {
     let first = addr.split('.').next().unwrap_or("127");
     format!("{first}.0.0.0")
+}
+
+/// One SOCKS5 CONNECT to `target` through `socks`, send a probe and expect
+/// it echoed back (blocking; short timeouts).
+pub fn echo_through_socks(socks: SocketAddr, target: SocketAddr) -> bool {
+    let attempt = || -> std::io::Result<bool> {
+        let mut s = TcpStream::connect_timeout(&socks, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(&[5, 1, 0])?;
+        let mut r = [0u8; 2];
+        s.read_exact(&mut r)?;
+        if r != [5, 0] {
+            return Ok(false);
+        }
+        let mut req = vec![5, 1, 0];
+        match target {
+            SocketAddr::V4(a) => {
+                req.push(1);
+                req.extend_from_slice(&a.ip().octets());
+            }
+            SocketAddr::V6(a) => {
+                req.push(4);
+                req.extend_from_slice(&a.ip().octets());
+            }
+        }
+        req.extend_from_slice(&target.port().to_be_bytes());
+        s.write_all(&req)?;
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head)?;
+        if head[1] != 0 {
+            return Ok(false);
+        }
+        let rest = match head[3] {
+            1 => 6,
+            4 => 18,
+            _ => return Ok(false),
+        };
+        let mut skip = vec![0u8; rest];
+        s.read_exact(&mut skip)?;
+        s.write_all(b"onionmix-ready")?;
+        let mut back = [0u8; 14];
+        s.read_exact(&mut back)?;
+        Ok(&back == b"onionmix-ready")
+    };
+    attempt().unwrap_or(false)
 }

@@ -92,6 +92,22 @@ pub struct NetworkInfo {
     pub nodes: Vec<NodeInfo>,
     /// The sink, if started.
     pub sink: Option<SinkInfo>,
+    /// The link emulator, if the network is emulated.
+    #[serde(default)]
+    pub emulator: Option<EmulatorInfo>,
+}
+
+/// The link emulator process of an emulated network.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EmulatorInfo {
+    /// Its state directory (status file, log).
+    pub state_dir: PathBuf,
+    /// Process ID.
+    pub pid: u32,
+    /// Process start time.
+    pub start_time: u64,
+    /// The emulated subnet.
+    pub subnet: String,
 }
 
 impl NetworkInfo {

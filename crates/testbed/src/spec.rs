@@ -13,6 +13,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../testnets/tor-basic-onionmix-client.toml"),
     ),
     ("mixed", include_str!("../../../testnets/mixed.toml")),
+    (
+        "tor-basic-20ms",
+        include_str!("../../../testnets/tor-basic-20ms.toml"),
+    ),
 ];
 
 /// Which implementation runs a node.
@@ -103,6 +107,12 @@ pub struct Spec {
     /// Node groups.
     #[serde(rename = "nodes")]
     pub nodes: Vec<NodeGroup>,
+    /// Link emulation (absent: every node on loopback, no impairment).
+    /// The table is an `onionmix_emu::Topology` without `nodes` entries
+    /// for addresses: `[[emulation.nodes]]` only sets access links by node
+    /// name (see docs/emulator.md).
+    #[serde(default)]
+    pub emulation: Option<onionmix_emu::Topology>,
 }
 
 /// Spec problems.

@@ -157,6 +157,9 @@ pub fn render(n: &TorNode<'_>) -> String {
         Some(p) => {
             l.push(format!("SocksPort {}:{p}", n.addr));
             l.push("ClientRejectInternalAddresses 0".into());
+            if !n.addr.starts_with("127.") {
+                l.push("SocksPolicy accept *".into());
+            }
         }
         None => l.push("SocksPort 0".into()),
     }

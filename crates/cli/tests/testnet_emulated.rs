@@ -1,0 +1,85 @@
+//! Issue 4: a whole stock tor network through the link emulator (20 ms on
+//! every link) started by the launcher: bootstrap, a verified download by
+//! hostname, per-link counters in `status`, nothing left after `stop`.
+
+mod common_net;
+
+use std::process::Command;
+use std::time::Duration;
+
+use onionmix_testbed::netinfo::NetworkInfo;
+use onionmix_testbed::proc;
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn tor_basic_20ms_through_the_emulator() {
+    if !common_net::tor_available("tor_basic_20ms_through_the_emulator") {
+        return;
+    }
+    if !is_root() {
+        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
+            panic!("link emulation needs root (ONIONMIX_REQUIRE_INTEROP=1)");
+        }
+        eprintln!("SKIP tor_basic_20ms_through_the_emulator: needs root for network namespaces");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("net");
+    let net = common_net::start("tor-basic-20ms", &dir);
+    let info = net.info().clone();
+    let emu = info
+        .emulator
+        .clone()
+        .expect("emulated network records its emulator");
+    let client = info.clients(None)[0].socks_addr().unwrap();
+    assert!(!client.ip().is_loopback(), "nodes get their own addresses");
+    let sink = info.sink.clone().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (r, t) = common_net::download_retry(client, &sink.hostname, sink.http.port(), 1 << 20)
+            .await
+            .unwrap();
+        assert!(r.sha256_ok());
+        // 4 emulated links each way between client and sink: >= 160 ms.
+        assert!(
+            r.first_byte >= Duration::from_millis(160),
+            "ttfb {:?}",
+            r.first_byte
+        );
+        eprintln!("1 MiB in {t:?}, ttfb {:?}", r.first_byte);
+    });
+    let status = Command::new(env!("CARGO_BIN_EXE_onionmix"))
+        .args(["testnet", "status", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("link emulator"), "{text}");
+    drop(net);
+    assert!(
+        !proc::alive(emu.pid, emu.start_time),
+        "emulator still running"
+    );
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    let run = std::fs::read_to_string(emu.state_dir.join("emulator.toml")).unwrap_or_default();
+    let run_id = run
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id = "))
+        .map(|v| v.trim_matches('"').to_string());
+    if let Some(id) = run_id {
+        assert!(
+            !ns.contains(&id),
+            "namespaces of run {id} left behind:\n{ns}"
+        );
+    }
+    let _ = NetworkInfo::load(&dir);
+}
