@@ -1,5 +1,6 @@
 //! Issue 2 interop: the onionmix client over a stock tor 0.4.9 network
 //! started by the launcher (`tor-basic-onionmix-client`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
 
@@ -16,8 +17,12 @@ fn onionmix_client_over_stock_tor_network() {
     let tmp = tempfile::tempdir().unwrap();
     let net = common_net::start("tor-basic-onionmix-client", tmp.path());
     let info = net.info().clone();
-    let ours = info.clients(Some(Implementation::Onionmix))[0].socks_addr().unwrap();
-    let stock = info.clients(Some(Implementation::Tor))[0].socks_addr().unwrap();
+    let ours = info.clients(Some(Implementation::Onionmix))[0]
+        .socks_addr()
+        .unwrap();
+    let stock = info.clients(Some(Implementation::Tor))[0]
+        .socks_addr()
+        .unwrap();
     let sink = info.sink.clone().unwrap();
     let host = sink.http.ip().to_string();
     let port = sink.http.port();
@@ -26,7 +31,9 @@ fn onionmix_client_over_stock_tor_network() {
     rt.block_on(async {
         // 1 MiB and 20 MiB, verified.
         for n in [1u64 << 20, 20 << 20] {
-            let (r, t) = common_net::download(ours, &host, port, n, None).await.unwrap();
+            let (r, t) = common_net::download(ours, &host, port, n, None)
+                .await
+                .unwrap();
             assert_eq!(r.status, 200);
             assert_eq!(r.body.len() as u64, n);
             assert!(r.sha256_ok(), "SHA-256 mismatch for {n} bytes");
@@ -47,37 +54,58 @@ fn onionmix_client_over_stock_tor_network() {
                 Ok((r, _)) => assert!(r.sha256_ok()),
                 Err(e) => panic!(
                     "parallel download failed: {e}\n--- onionmix client log ---\n{}",
-                    onionmix_testbed::proc::tail(&info.clients(Some(Implementation::Onionmix))[0].log, 30)
+                    onionmix_testbed::proc::tail(
+                        &info.clients(Some(Implementation::Onionmix))[0].log,
+                        30
+                    )
                 ),
             }
         }
 
         // A hostname resolved by the exit: connect by name, and RESOLVE.
-        let (r, _) = common_net::download(ours, &sink.hostname, port, 4096, None).await.unwrap();
+        let (r, _) = common_net::download(ours, &sink.hostname, port, 4096, None)
+            .await
+            .unwrap();
         assert!(r.sha256_ok());
-        let ip = socks::resolve(ours, &sink.hostname, None, Duration::from_secs(30)).await.unwrap();
+        let ip = socks::resolve(ours, &sink.hostname, None, Duration::from_secs(30))
+            .await
+            .unwrap();
         assert_eq!(ip, sink.http.ip());
 
         // A closed port: the same SOCKS error as the stock client gives,
         // within a bounded time.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let mut codes = Vec::new();
         for proxy in [ours, stock] {
             let t0 = Instant::now();
             let err = socks::connect(proxy, &Target::Addr(closed), None, Duration::from_secs(60))
                 .await
                 .unwrap_err();
-            assert!(t0.elapsed() < Duration::from_secs(30), "closed port took {:?}", t0.elapsed());
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "closed port took {:?}",
+                t0.elapsed()
+            );
             match err {
                 SocksError::Reply { code } => codes.push(code),
                 other => panic!("expected a SOCKS reply, got {other}"),
             }
         }
         assert_ne!(codes[0], 0);
-        assert_eq!(codes[0], codes[1], "onionmix vs stock tor SOCKS reply for a closed port");
+        assert_eq!(
+            codes[0], codes[1],
+            "onionmix vs stock tor SOCKS reply for a closed port"
+        );
 
         // Bad SOCKS input is refused while other streams keep working.
-        for junk in [&b"\x04\x01\x00\x50\x7f\x00\x00\x01\x00"[..], b"GET / HTTP/1.1\r\n\r\n", b"\x05\x01\x00\x05\x07\x00\x01\x7f\x00\x00\x01\x00\x50"] {
+        for junk in [
+            &b"\x04\x01\x00\x50\x7f\x00\x00\x01\x00"[..],
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"\x05\x01\x00\x05\x07\x00\x01\x7f\x00\x00\x01\x00\x50",
+        ] {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             let mut s = tokio::net::TcpStream::connect(ours).await.unwrap();
             s.write_all(junk).await.unwrap();
@@ -85,17 +113,24 @@ fn onionmix_client_over_stock_tor_network() {
             let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
             // The connection is closed by the client after its reply.
             let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
-            assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "client kept a bad SOCKS connection open");
+            assert!(
+                matches!(n, Ok(Ok(0)) | Ok(Err(_))),
+                "client kept a bad SOCKS connection open"
+            );
         }
-        let (r, _) = common_net::download(ours, &host, port, 100_000, None).await.unwrap();
+        let (r, _) = common_net::download(ours, &host, port, 100_000, None)
+            .await
+            .unwrap();
         assert!(r.sha256_ok());
 
         // A relay killed mid-transfer: the stream fails cleanly, the next
         // request succeeds through a fresh circuit. We kill our client's
         // guard (the confirmed guard in its state file).
         let om = info.clients(Some(Implementation::Onionmix))[0].clone();
-        let guards: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(om.data_dir.join("guards.json")).unwrap()).unwrap();
+        let guards: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(om.data_dir.join("guards.json")).unwrap(),
+        )
+        .unwrap();
         let guard_fp = guards["guards"]
             .as_array()
             .unwrap()
@@ -118,14 +153,28 @@ fn onionmix_client_over_stock_tor_network() {
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
         let t_kill = Instant::now();
-        assert!(onionmix_testbed::proc::stop(victim.pid, victim.start_time, Duration::from_secs(5)));
-        let res = tokio::time::timeout(Duration::from_secs(60), big).await.unwrap().unwrap();
+        assert!(onionmix_testbed::proc::stop(
+            victim.pid,
+            victim.start_time,
+            Duration::from_secs(5)
+        ));
+        let res = tokio::time::timeout(Duration::from_secs(60), big)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(res.is_err(), "transfer survived the guard's death?");
-        eprintln!("stream failed {:?} after the kill: {}", t_kill.elapsed(), res.unwrap_err());
+        eprintln!(
+            "stream failed {:?} after the kill: {}",
+            t_kill.elapsed(),
+            res.unwrap_err()
+        );
         let log = info.clients(Some(Implementation::Onionmix))[0].log.clone();
         let r = common_net::download(ours, &host, port, 1 << 20, None).await;
         let (r, _) = r.unwrap_or_else(|e| {
-            panic!("request after the guard died failed: {e}\n{}", onionmix_testbed::proc::tail(&log, 40))
+            panic!(
+                "request after the guard died failed: {e}\n{}",
+                onionmix_testbed::proc::tail(&log, 40)
+            )
         });
         assert!(r.sha256_ok());
     });

@@ -1,4 +1,5 @@
 //! Shared helpers for tests that start networks with the launcher.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

@@ -1,6 +1,7 @@
 //! The launcher through the CLI: `testnet start/status/stop` on tor-basic,
 //! network.json, a verified download through the stock client, every pid
 //! gone after stop; and a spec whose node cannot start.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
 

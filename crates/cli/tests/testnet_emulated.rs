@@ -1,6 +1,7 @@
 //! Issue 4: a whole stock tor network through the link emulator (20 ms on
 //! every link) started by the launcher: bootstrap, a verified download by
 //! hostname, per-link counters in `status`, nothing left after `stop`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
 

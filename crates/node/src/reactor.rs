@@ -592,8 +592,8 @@ impl Reactor {
         };
         match ev {
             CircEvent::Data { stream, data } => {
-                if let Some(s) = e.streams.get(&stream) {
-                    if s.events
+                if let Some(s) = e.streams.get(&stream)
+                    && s.events
                         .try_send(StreamEvent::Data(Bytes::from(data)))
                         .is_err()
                     {
@@ -606,7 +606,6 @@ impl Reactor {
                             self.send_out_cells(circ_id);
                         }
                     }
-                }
             }
             CircEvent::Connected { stream, addr } => {
                 if let Some(s) = e.streams.get(&stream) {

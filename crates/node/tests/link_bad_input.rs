@@ -1,6 +1,7 @@
 //! Bad input at the link layer: each broken responder makes that one
 //! channel fail with a clear error, and the client keeps opening good
 //! channels afterwards.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,20 +50,27 @@ async fn fake_relay(how: Misbehave) -> (SocketAddr, HopTarget) {
     let target_ids = (keys.rsa_id(), keys.ed_id(), keys.ntor.public());
     // The CERTS we send certify `other`, not the TLS cert we serve.
     let link = Arc::new(RelayLinkIdentity::new(keys, &other, now()).unwrap());
-    let transport = TlsTransport::server(served.cert_der.clone(), served.key_pkcs8_der.to_vec()).unwrap();
+    let transport =
+        TlsTransport::server(served.cert_der.clone(), served.key_pkcs8_der.to_vec()).unwrap();
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
-        let Ok((tcp, _)) = l.accept().await else { return };
+        let Ok((tcp, _)) = l.accept().await else {
+            return;
+        };
         if let Misbehave::TruncatedTls = how {
             let mut tcp = tcp;
             let mut buf = [0u8; 512];
             let _ = tcp.read(&mut buf).await;
             // A handshake record header promising 16 KiB, then 10 bytes.
-            let _ = tcp.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]).await;
+            let _ = tcp
+                .write_all(&[0x16, 0x03, 0x03, 0x40, 0x00, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+                .await;
             return;
         }
-        let Ok((mut tls, _)) = transport.accept(tcp).await else { return };
+        let Ok((mut tls, _)) = transport.accept(tcp).await else {
+            return;
+        };
         let mut buf = [0u8; 1024];
         let _ = tls.read(&mut buf).await;
         let mut out = BytesMut::new();

@@ -1,5 +1,6 @@
 //! Our client through our relays (in-process), and mixed paths with a stock
 //! tor relay as first or second hop.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common;
 

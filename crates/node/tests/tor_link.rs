@@ -1,5 +1,6 @@
 //! Interop: our link handshake, CREATE2/ntor, tor1 relay crypto and a
 //! BEGIN_DIR stream against one stock tor relay.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common;
 

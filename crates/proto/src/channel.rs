@@ -266,14 +266,13 @@ impl<'a> InitiatorHandshake<'a> {
                                 got: hex(&ids.rsa_id),
                             });
                         }
-                        if let Some(ed) = exp.ed_id {
-                            if ed != ids.ed_id {
+                        if let Some(ed) = exp.ed_id
+                            && ed != ids.ed_id {
                                 return Err(HandshakeError::IdentityMismatch {
                                     expected: hex(&ed),
                                     got: hex(&ids.ed_id),
                                 });
                             }
-                        }
                     }
                     self.peer = Some(ids);
                     self.state = State::WaitAuthChallenge;

@@ -263,10 +263,7 @@ impl ExitPolicy {
     pub fn summary(&self, v6: bool) -> PortSummary {
         let mut decided = vec![None::<bool>; 65536];
         for r in &self.rules {
-            let fam_ok = match (r.family, v6) {
-                (Family::V4, true) | (Family::V6, false) => false,
-                _ => true,
-            };
+            let fam_ok = !matches!((r.family, v6), (Family::V4, true) | (Family::V6, false));
             if !fam_ok {
                 continue;
             }

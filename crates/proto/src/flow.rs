@@ -60,7 +60,7 @@ impl PackageWindow {
     /// Whether the next DATA cell will trigger a SENDME (so its digest must
     /// be recorded).
     pub fn next_triggers_sendme(&self) -> bool {
-        self.window > 0 && (self.window - 1) % self.inc == 0
+        self.window > 0 && (self.window - 1).is_multiple_of(self.inc)
     }
     /// Account for one DATA cell sent; `tag` is its running digest, recorded
     /// when this cell triggers a SENDME. Returns false if the window was 0.
@@ -68,11 +68,10 @@ impl PackageWindow {
         if self.window == 0 {
             return false;
         }
-        if (self.window - 1) % self.inc == 0 {
-            if let Some(t) = tag {
+        if (self.window - 1).is_multiple_of(self.inc)
+            && let Some(t) = tag {
                 self.expected_tags.push_back(t);
             }
-        }
         self.window -= 1;
         true
     }
@@ -82,11 +81,10 @@ impl PackageWindow {
             return Err(FlowError::UnexpectedSendme);
         }
         let expected = self.expected_tags.pop_front();
-        if let (Some(got), Some(want)) = (tag, expected.as_ref()) {
-            if got != want {
+        if let (Some(got), Some(want)) = (tag, expected.as_ref())
+            && got != want {
                 return Err(FlowError::BadSendmeDigest);
             }
-        }
         self.window += self.inc;
         Ok(())
     }
@@ -148,7 +146,7 @@ mod tests {
         let mut w = PackageWindow::circuit();
         let mut recorded = 0;
         for i in 0..1000u32 {
-            let trig = (w.available() - 1) % CIRC_WINDOW_INC == 0;
+            let trig = (w.available() - 1).is_multiple_of(CIRC_WINDOW_INC);
             let mut tag = [0u8; 20];
             tag[..4].copy_from_slice(&i.to_be_bytes());
             assert!(w.on_sent(Some(tag)));

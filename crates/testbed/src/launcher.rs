@@ -143,13 +143,12 @@ pub fn stop_info(info: &NetworkInfo) -> Vec<String> {
         .filter(|(_, ok)| !ok)
         .map(|(n, _)| n)
         .collect();
-    if let Some(e) = &info.emulator {
-        if proc::alive(e.pid, e.start_time)
+    if let Some(e) = &info.emulator
+        && proc::alive(e.pid, e.start_time)
             && onionmix_emu::run::stop(&e.state_dir, Duration::from_secs(10)).is_err()
         {
             survivors.push("emulator".into());
         }
-    }
     survivors
 }
 
@@ -641,8 +640,8 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 return Err(fail(&mut children, &started, &sink_info, err));
             }
         }
-        if !consensus_ok {
-            if let Some(a) = auth_dir {
+        if !consensus_ok
+            && let Some(a) = auth_dir {
                 let n = count_consensus_relays(a);
                 if n != last_count {
                     if n > 0 {
@@ -655,7 +654,6 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     p.step("consensus", "complete");
                 }
             }
-        }
         let clients: Vec<&NodeInfo> = started
             .iter()
             .filter(|n| n.has_role(Role::Client))
@@ -722,8 +720,8 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    if let Some(s) = &sink_info {
-        if TcpStream::connect_timeout(&s.http, Duration::from_secs(2)).is_err() {
+    if let Some(s) = &sink_info
+        && TcpStream::connect_timeout(&s.http, Duration::from_secs(2)).is_err() {
             let err = LaunchError {
                 msg: "the sink is not accepting connections".into(),
                 node: Some("sink".into()),
@@ -731,7 +729,6 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             };
             return Err(fail(&mut children, &started, &sink_info, err));
         }
-    }
     let info = NetworkInfo {
         spec: spec.name.clone(),
         dir: dir.clone(),

@@ -76,11 +76,10 @@ impl ChanMgr {
             slots.entry(target.rsa_id).or_default().clone()
         };
         let mut g = slot.lock().await;
-        if let Some(h) = g.as_ref() {
-            if !h.is_closed() {
+        if let Some(h) = g.as_ref()
+            && !h.is_closed() {
                 return Ok(h.clone());
             }
-        }
         let h = self.connect(target).await?;
         *g = Some(h.clone());
         Ok(h)

@@ -343,7 +343,11 @@ impl DirMgr {
     }
 
     /// Choose a path for `purpose`, avoiding `avoid` where possible.
-    pub fn pick_path(&self, purpose: Purpose, avoid: &HashSet<[u8; 20]>) -> Result<Vec<HopTarget>, String> {
+    pub fn pick_path(
+        &self,
+        purpose: Purpose,
+        avoid: &HashSet<[u8; 20]>,
+    ) -> Result<Vec<HopTarget>, String> {
         match self.pick_path_excluding(purpose, avoid) {
             Ok(p) => Ok(p),
             // Everything usable was excluded: better an old failure than none.
@@ -352,9 +356,17 @@ impl DirMgr {
         }
     }
 
-    fn pick_path_excluding(&self, purpose: Purpose, avoid: &HashSet<[u8; 20]>) -> Result<Vec<HopTarget>, String> {
+    fn pick_path_excluding(
+        &self,
+        purpose: Purpose,
+        avoid: &HashSet<[u8; 20]>,
+    ) -> Result<Vec<HopTarget>, String> {
         let nd = self.netdir().ok_or("no directory yet")?;
-        let guards = self.guards.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let guards = self
+            .guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let now = SystemTime::now();
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)

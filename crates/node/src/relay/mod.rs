@@ -165,13 +165,11 @@ impl ChannelRegistry {
 
     /// Record an authenticated inbound channel so extends can reuse it.
     pub fn register(&self, id: [u8; 20], h: RelayChanHandle) {
-        if let Ok(slot) = self.slot(id) {
-            if let Ok(mut g) = slot.try_lock() {
-                if g.as_ref().is_none_or(|x| x.is_closed()) {
+        if let Ok(slot) = self.slot(id)
+            && let Ok(mut g) = slot.try_lock()
+                && g.as_ref().is_none_or(|x| x.is_closed()) {
                     *g = Some(h);
                 }
-            }
-        }
     }
 
     /// The channel to relay `id` at `addr`, opening one if needed.
@@ -184,16 +182,14 @@ impl ChannelRegistry {
     ) -> Result<RelayChanHandle, String> {
         let slot = self.slot(id)?;
         let mut g = slot.lock().await;
-        if let Some(h) = g.as_ref() {
-            if !h.is_closed() {
-                if let (Some(want), Some(p)) = (ed, h.peer.as_ref()) {
-                    if want != p.ed_id {
+        if let Some(h) = g.as_ref()
+            && !h.is_closed() {
+                if let (Some(want), Some(p)) = (ed, h.peer.as_ref())
+                    && want != p.ed_id {
                         return Err("Ed25519 identity differs from the open channel's".into());
                     }
-                }
                 return Ok(h.clone());
             }
-        }
         let h = connect(ctx, id, ed, addr).await?;
         *g = Some(h.clone());
         Ok(h)

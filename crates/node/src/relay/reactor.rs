@@ -502,14 +502,13 @@ impl Reactor {
             pkg: PackageWindow::circuit(),
         }));
         let created = Created2 { hdata: reply };
-        if let Ok(cell) = RawCell::fixed(id, Cmd::CREATED2, &created.encode()) {
-            if let Some(b) = cell.body() {
+        if let Ok(cell) = RawCell::fixed(id, Cmd::CREATED2, &created.encode())
+            && let Some(b) = cell.body() {
                 let b = *b;
                 self.me
                     .codec
                     .encode_fixed(id, Cmd::CREATED2, &b, &mut self.out);
             }
-        }
         self.origins.insert(
             id,
             Origin {
@@ -588,8 +587,8 @@ impl Reactor {
             }
             Inbound::Data { stream, data } => {
                 let data = Bytes::copy_from_slice(data);
-                if let Some(s) = o.streams.get(&stream) {
-                    if s.data.try_send(data).is_err() {
+                if let Some(s) = o.streams.get(&stream)
+                    && s.data.try_send(data).is_err() {
                         // Flow control guarantees room; a full queue means
                         // the client ignored the stream window.
                         o.circ.stream_closed(stream);
@@ -598,7 +597,6 @@ impl Reactor {
                         }
                         self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
                     }
-                }
             }
             Inbound::End { stream, .. } => {
                 if let Some(s) = o.streams.remove(&stream) {

@@ -1,4 +1,5 @@
 //! Helpers for tests that start stock `tor` processes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 #![allow(dead_code)]
 
 use std::net::TcpListener;
