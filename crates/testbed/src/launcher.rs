@@ -157,6 +157,11 @@ pub fn stop_info(info: &NetworkInfo) -> Vec<String> {
 pub struct NetworkGuard(pub Option<Network>);
 
 impl NetworkGuard {
+    /// Take the network out of the guard (it will not be stopped on drop).
+    pub fn into_inner(mut self) -> Option<Network> {
+        self.0.take()
+    }
+
     /// The network's description.
     pub fn info(&self) -> &NetworkInfo {
         // Invariant: the option is only taken in Drop.
