@@ -13,10 +13,10 @@ use std::time::SystemTime;
 
 use rand::Rng;
 
-use crate::{RelayId, RsaId};
 use crate::guards::GuardSet;
 use crate::netdir::{NetDir, Position, Relay};
 use crate::types::RelayFlags;
+use crate::{RelayId, RsaId};
 
 /// tor's default `LongLivedPorts`.
 pub const DEFAULT_LONG_LIVED_PORTS: &[u16] = &[
@@ -162,7 +162,7 @@ impl<'a> PathBuilder<'a> {
     fn base_ok(&self, r: &Relay, need_stable: bool) -> bool {
         !self.excluded(r)
             && r.flags
-            .contains(RelayFlags::RUNNING.with(RelayFlags::VALID))
+                .contains(RelayFlags::RUNNING.with(RelayFlags::VALID))
             && (!self.config.require_fast || r.flags.contains(RelayFlags::FAST))
             && (!need_stable || r.flags.contains(RelayFlags::STABLE))
     }
