@@ -67,6 +67,7 @@ pub async fn serve(listener: TcpListener, ctx: SocksContext, max_conns: usize) {
                 continue;
             }
         };
+        let _ = sock.set_nodelay(true);
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             warn!("SOCKS connection limit ({max_conns}) reached; refusing a connection");
             drop(sock);

@@ -200,6 +200,7 @@ impl Stream {
         let mut up = 0u64;
         let mut down = 0u64;
         let mut buf = vec![0u8; RELAY_DATA_LEN * 16];
+        let mut out: Vec<u8> = Vec::with_capacity(64 * 1024 + RELAY_DATA_LEN);
         let mut cells = 0u16;
         let mut reason = end_reason::DONE;
         let mut app_open = true;
@@ -221,15 +222,40 @@ impl Stream {
                 ev = tokio::time::timeout(idle_timeout, self.events.recv()) => {
                     match ev {
                         Ok(Some(StreamEvent::Data(d))) => {
-                            down += d.len() as u64;
-                            if wr.write_all(&d).await.is_err() {
+                            // Coalesce whatever else already arrived into one write.
+                            out.clear();
+                            out.extend_from_slice(&d);
+                            let mut n_cells = 1u16;
+                            let mut ended = false;
+                            while out.len() < 64 * 1024 {
+                                match self.events.try_recv() {
+                                    Ok(StreamEvent::Data(more)) => {
+                                        out.extend_from_slice(&more);
+                                        n_cells += 1;
+                                    }
+                                    Ok(StreamEvent::End(_)) => {
+                                        ended = true;
+                                        break;
+                                    }
+                                    Ok(_) => {}
+                                    Err(_) => break,
+                                }
+                            }
+                            down += out.len() as u64;
+                            if wr.write_all(&out).await.is_err() {
                                 reason = end_reason::CONNRESET;
                                 break;
                             }
-                            cells += 1;
-                            if cells == STREAM_WINDOW_INC {
-                                cells = 0;
-                                self.drained().await;
+                            for _ in 0..n_cells {
+                                cells += 1;
+                                if cells == STREAM_WINDOW_INC {
+                                    cells = 0;
+                                    self.drained().await;
+                                }
+                            }
+                            if ended {
+                                self.ended = true;
+                                break;
                             }
                         }
                         Ok(Some(StreamEvent::End(_))) | Ok(None) => {

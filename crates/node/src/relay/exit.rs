@@ -245,15 +245,29 @@ async fn pump(s: &mut ExitStream, sock: TcpStream) {
             },
             d = tokio::time::timeout(STREAM_IDLE, s.data.recv()) => match d {
                 Ok(Some(d)) => {
-                    s.ctx.stats.exit_bytes_up.fetch_add(d.len() as u64, Ordering::Relaxed);
-                    if wr.write_all(&d).await.is_err() {
+                    // Coalesce queued cells into one write.
+                    let mut out = d.to_vec();
+                    let mut n_cells = 1u16;
+                    while out.len() < 64 * 1024 {
+                        match s.data.try_recv() {
+                            Ok(more) => {
+                                out.extend_from_slice(&more);
+                                n_cells += 1;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    s.ctx.stats.exit_bytes_up.fetch_add(out.len() as u64, Ordering::Relaxed);
+                    if wr.write_all(&out).await.is_err() {
                         s.end(end_reason::CONNRESET);
                         return;
                     }
-                    cells += 1;
-                    if cells == STREAM_WINDOW_INC {
-                        cells = 0;
-                        s.origin.send(RCmd::StreamDrained { circ_id: s.circ_id, stream: s.stream });
+                    for _ in 0..n_cells {
+                        cells += 1;
+                        if cells == STREAM_WINDOW_INC {
+                            cells = 0;
+                            s.origin.send(RCmd::StreamDrained { circ_id: s.circ_id, stream: s.stream });
+                        }
                     }
                 }
                 // The client ended the stream or the circuit died.
