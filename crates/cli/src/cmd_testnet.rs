@@ -66,11 +66,13 @@ pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
             timeout,
             no_emulation,
         } => {
-            let spec = Spec::load(&spec)?;
             let mut opts = LaunchOptions::new(std::env::current_exe()?);
             opts.timeout = timeout.map(std::time::Duration::from_secs);
             opts.no_emulation = no_emulation;
-            let net = launcher::start(&spec, &dir, &opts)?;
+            let net = match onionmix_testbed::spec::load_loopix(&spec) {
+                Some(l) => onionmix_testbed::loopix::start(&spec, &l?, &dir, &opts)?,
+                None => launcher::start(&Spec::load(&spec)?, &dir, &opts)?,
+            };
             print_status(&net.info);
             eprintln!(
                 "network {} is up in {:.1}s; stop it with: onionmix testnet stop --dir {}",

@@ -56,6 +56,14 @@ pub struct LaunchError {
 }
 
 impl LaunchError {
+    /// An error not tied to a node.
+    pub fn plain(msg: impl Into<String>) -> Self {
+        Self::new(msg)
+    }
+    /// An error blamed on `n`, with its log tail.
+    pub fn for_node(msg: impl Into<String>, n: &NodeInfo) -> Self {
+        Self::node(msg, n)
+    }
     fn new(msg: impl Into<String>) -> Self {
         LaunchError {
             msg: msg.into(),
@@ -95,6 +103,15 @@ impl Network {
             children: Vec::new(),
             emu: None,
         })
+    }
+
+    /// A network from its parts (other launchers in this crate).
+    pub(crate) fn from_parts(info: NetworkInfo, children: Vec<Child>) -> Network {
+        Network {
+            info,
+            children,
+            emu: None,
+        }
     }
 
     /// Leave the processes running when this value is dropped (the CLI's
@@ -145,10 +162,10 @@ pub fn stop_info(info: &NetworkInfo) -> Vec<String> {
         .collect();
     if let Some(e) = &info.emulator
         && proc::alive(e.pid, e.start_time)
-            && onionmix_emu::run::stop(&e.state_dir, Duration::from_secs(10)).is_err()
-        {
-            survivors.push("emulator".into());
-        }
+        && onionmix_emu::run::stop(&e.state_dir, Duration::from_secs(10)).is_err()
+    {
+        survivors.push("emulator".into());
+    }
     survivors
 }
 
@@ -422,7 +439,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     i,
                 ));
             }
-            (_, Role::Client) => {}
+            (_, Role::Client | Role::Mix | Role::Provider | Role::MixClient) => {}
         }
     }
 
@@ -493,7 +510,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     &n.extra,
                 )
                 .map_err(|e| LaunchError::node(e, i))?,
-                Role::Authority => {}
+                Role::Authority | Role::Mix | Role::Provider | Role::MixClient => {}
             },
         }
     }
@@ -645,20 +662,19 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 return Err(fail(&mut children, &started, &sink_info, err));
             }
         }
-        if !consensus_ok
-            && let Some(a) = auth_dir {
-                let n = count_consensus_relays(a);
-                if n != last_count {
-                    if n > 0 {
-                        p.step("consensus", &format!("{n}/{n_relays} relays listed"));
-                    }
-                    last_count = n;
+        if !consensus_ok && let Some(a) = auth_dir {
+            let n = count_consensus_relays(a);
+            if n != last_count {
+                if n > 0 {
+                    p.step("consensus", &format!("{n}/{n_relays} relays listed"));
                 }
-                if n >= n_relays {
-                    consensus_ok = true;
-                    p.step("consensus", "complete");
-                }
+                last_count = n;
             }
+            if n >= n_relays {
+                consensus_ok = true;
+                p.step("consensus", "complete");
+            }
+        }
         let clients: Vec<&NodeInfo> = started
             .iter()
             .filter(|n| n.has_role(Role::Client))
@@ -726,14 +742,15 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         std::thread::sleep(Duration::from_millis(250));
     }
     if let Some(s) = &sink_info
-        && TcpStream::connect_timeout(&s.http, Duration::from_secs(2)).is_err() {
-            let err = LaunchError {
-                msg: "the sink is not accepting connections".into(),
-                node: Some("sink".into()),
-                log_tail: proc::tail(&s.log, 25),
-            };
-            return Err(fail(&mut children, &started, &sink_info, err));
-        }
+        && TcpStream::connect_timeout(&s.http, Duration::from_secs(2)).is_err()
+    {
+        let err = LaunchError {
+            msg: "the sink is not accepting connections".into(),
+            node: Some("sink".into()),
+            log_tail: proc::tail(&s.log, 25),
+        };
+        return Err(fail(&mut children, &started, &sink_info, err));
+    }
     let info = NetworkInfo {
         spec: spec.name.clone(),
         dir: dir.clone(),

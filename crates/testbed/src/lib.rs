@@ -7,6 +7,7 @@
 
 pub mod http;
 pub mod launcher;
+pub mod loopix;
 pub mod netinfo;
 pub mod proc;
 pub mod sink;

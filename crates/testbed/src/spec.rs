@@ -2,6 +2,19 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Built-in Loopix network specs (a different schema: see docs/loopix.md).
+pub const BUILTIN_LOOPIX: &[(&str, &str)] = &[
+    ("loopix", include_str!("../../../testnets/loopix.toml")),
+    (
+        "loopix-x25519",
+        include_str!("../../../testnets/loopix-x25519.toml"),
+    ),
+    (
+        "loopix-seed",
+        include_str!("../../../testnets/loopix-seed.toml"),
+    ),
+];
+
 /// Built-in specs, embedded in the binary.
 pub const BUILTIN: &[(&str, &str)] = &[
     (
@@ -41,6 +54,12 @@ pub enum Role {
     Exit,
     /// Client with a SOCKS port.
     Client,
+    /// Loopix mix node.
+    Mix,
+    /// Loopix provider.
+    Provider,
+    /// Loopix client.
+    MixClient,
 }
 
 impl Role {
@@ -51,11 +70,14 @@ impl Role {
             Role::Relay => "relay",
             Role::Exit => "exit",
             Role::Client => "client",
+            Role::Mix => "mix",
+            Role::Provider => "provider",
+            Role::MixClient => "mixclient",
         }
     }
     /// Whether nodes of this role appear in the consensus.
     pub fn is_relay(self) -> bool {
-        !matches!(self, Role::Client)
+        matches!(self, Role::Authority | Role::Relay | Role::Exit)
     }
 }
 
@@ -146,7 +168,33 @@ pub enum SpecError {
 
 /// Names of the built-in specs.
 pub fn builtin_names() -> Vec<&'static str> {
-    BUILTIN.iter().map(|(n, _)| *n).collect()
+    BUILTIN
+        .iter()
+        .chain(BUILTIN_LOOPIX.iter())
+        .map(|(n, _)| *n)
+        .collect()
+}
+
+/// A Loopix spec by built-in name or file, if `name_or_path` is one.
+pub fn load_loopix(
+    name_or_path: &str,
+) -> Option<Result<onionmix_mix::testnet::LoopixSpec, SpecError>> {
+    let text = match BUILTIN_LOOPIX.iter().find(|(n, _)| *n == name_or_path) {
+        Some((_, t)) => t.to_string(),
+        None => {
+            let t = std::fs::read_to_string(name_or_path).ok()?;
+            // Loopix specs are recognised by their topology keys.
+            let v: toml::Value = toml::from_str(&t).ok()?;
+            v.get("providers")?;
+            t
+        }
+    };
+    Some(
+        onionmix_mix::testnet::LoopixSpec::from_toml(&text).map_err(|err| SpecError::Parse {
+            name: name_or_path.into(),
+            err,
+        }),
+    )
 }
 
 /// Most nodes in one network.
@@ -216,6 +264,9 @@ impl Spec {
             return Err(self.invalid("3-hop circuits need at least 3 relays (authorities count)"));
         }
         for g in &self.nodes {
+            if matches!(g.role, Role::Mix | Role::Provider | Role::MixClient) {
+                return Err(self.invalid("mix/provider/mixclient roles belong in a Loopix spec (see testnets/loopix.toml)"));
+            }
             if g.count == 0 {
                 return Err(self.invalid("a node group has count 0"));
             }

@@ -185,7 +185,7 @@ pub fn render(n: &TorNode<'_>) -> String {
                 l.push("ServerDNSAllowBrokenConfig 1".into());
             }
         }
-        Role::Client => {}
+        Role::Client | Role::Mix | Role::Provider | Role::MixClient => {}
     }
     l.extend(n.dirauths.iter().cloned());
     l.extend(n.extra.iter().cloned());
