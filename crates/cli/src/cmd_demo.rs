@@ -66,7 +66,11 @@ async fn one(proxy: SocketAddr, sink: SocketAddr, n: u64) -> Result<(Duration, D
     .map_err(|_| "timed out".to_string())?
     .map_err(|e| e.to_string())?;
     if r.status != 200 || !r.sha256_ok() {
-        return Err(format!("bad response (status {}, SHA-256 ok: {})", r.status, r.sha256_ok()));
+        return Err(format!(
+            "bad response (status {}, SHA-256 ok: {})",
+            r.status,
+            r.sha256_ok()
+        ));
     }
     Ok((r.first_byte, r.last_byte))
 }
@@ -77,7 +81,12 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         .nodes
         .iter()
         .any(|g| g.implementation == Implementation::Tor);
-    if needs_tor && std::process::Command::new("tor").arg("--version").output().is_err() {
+    if needs_tor
+        && std::process::Command::new("tor")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
         anyhow::bail!(
             "the {} network uses stock tor nodes, but `tor` is not installed (apt-get install -y tor)",
             spec.name
@@ -113,7 +122,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     // onionmix clients first, so ratios read "onionmix / stock tor".
     clients.sort_by_key(|(n, _)| !n.contains("onionmix"));
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let result: anyhow::Result<Vec<Sample>> = rt.block_on(async {
         let mut samples = Vec::new();
         let mut failures = 0usize;
@@ -150,10 +161,16 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         Ok(samples)
     });
     let samples = result?;
-    println!("\n{:<26} {:>9} {:>5} {:>12} {:>12} {:>10}", "client", "size", "runs", "median TTFB", "median TTLB", "Mbit/s");
+    println!(
+        "\n{:<26} {:>9} {:>5} {:>12} {:>12} {:>10}",
+        "client", "size", "runs", "median TTFB", "median TTLB", "Mbit/s"
+    );
     for (name, _) in &clients {
         for &size in &a.sizes {
-            let s: Vec<&Sample> = samples.iter().filter(|x| &x.client == name && x.size == size).collect();
+            let s: Vec<&Sample> = samples
+                .iter()
+                .filter(|x| &x.client == name && x.size == size)
+                .collect();
             let ttfb = median(s.iter().map(|x| x.ttfb.as_secs_f64() * 1e3).collect());
             let ttlb = median(s.iter().map(|x| x.ttlb.as_secs_f64() * 1e3).collect());
             let mbit = size as f64 * 8.0 / (ttlb / 1e3) / 1e6;
@@ -172,7 +189,13 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         println!("\nratio {} / {}:", clients[0].0, clients[1].0);
         for &size in &a.sizes {
             let m = |c: &str, f: &dyn Fn(&Sample) -> f64| {
-                median(samples.iter().filter(|x| x.client == c && x.size == size).map(f).collect())
+                median(
+                    samples
+                        .iter()
+                        .filter(|x| x.client == c && x.size == size)
+                        .map(f)
+                        .collect(),
+                )
             };
             let ttfb = |x: &Sample| x.ttfb.as_secs_f64();
             let ttlb = |x: &Sample| x.ttlb.as_secs_f64();
