@@ -596,16 +596,16 @@ impl Reactor {
                     && s.events
                         .try_send(StreamEvent::Data(Bytes::from(data)))
                         .is_err()
-                    {
-                        // The application is gone (or ignored flow control).
-                        if let Some(s) = e.streams.remove(&stream) {
-                            s.credits.close();
-                        }
-                        if let Ok(cell) = e.circ.end_stream(stream, end_reason::MISC) {
-                            self.out_cells.push(cell);
-                            self.send_out_cells(circ_id);
-                        }
+                {
+                    // The application is gone (or ignored flow control).
+                    if let Some(s) = e.streams.remove(&stream) {
+                        s.credits.close();
                     }
+                    if let Ok(cell) = e.circ.end_stream(stream, end_reason::MISC) {
+                        self.out_cells.push(cell);
+                        self.send_out_cells(circ_id);
+                    }
+                }
             }
             CircEvent::Connected { stream, addr } => {
                 if let Some(s) = e.streams.get(&stream) {

@@ -267,12 +267,13 @@ impl<'a> InitiatorHandshake<'a> {
                             });
                         }
                         if let Some(ed) = exp.ed_id
-                            && ed != ids.ed_id {
-                                return Err(HandshakeError::IdentityMismatch {
-                                    expected: hex(&ed),
-                                    got: hex(&ids.ed_id),
-                                });
-                            }
+                            && ed != ids.ed_id
+                        {
+                            return Err(HandshakeError::IdentityMismatch {
+                                expected: hex(&ed),
+                                got: hex(&ids.ed_id),
+                            });
+                        }
                     }
                     self.peer = Some(ids);
                     self.state = State::WaitAuthChallenge;

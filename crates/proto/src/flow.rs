@@ -69,9 +69,10 @@ impl PackageWindow {
             return false;
         }
         if (self.window - 1).is_multiple_of(self.inc)
-            && let Some(t) = tag {
-                self.expected_tags.push_back(t);
-            }
+            && let Some(t) = tag
+        {
+            self.expected_tags.push_back(t);
+        }
         self.window -= 1;
         true
     }
@@ -82,9 +83,10 @@ impl PackageWindow {
         }
         let expected = self.expected_tags.pop_front();
         if let (Some(got), Some(want)) = (tag, expected.as_ref())
-            && got != want {
-                return Err(FlowError::BadSendmeDigest);
-            }
+            && got != want
+        {
+            return Err(FlowError::BadSendmeDigest);
+        }
         self.window += self.inc;
         Ok(())
     }

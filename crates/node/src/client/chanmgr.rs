@@ -77,9 +77,10 @@ impl ChanMgr {
         };
         let mut g = slot.lock().await;
         if let Some(h) = g.as_ref()
-            && !h.is_closed() {
-                return Ok(h.clone());
-            }
+            && !h.is_closed()
+        {
+            return Ok(h.clone());
+        }
         let h = self.connect(target).await?;
         *g = Some(h.clone());
         Ok(h)

@@ -167,9 +167,10 @@ impl ChannelRegistry {
     pub fn register(&self, id: [u8; 20], h: RelayChanHandle) {
         if let Ok(slot) = self.slot(id)
             && let Ok(mut g) = slot.try_lock()
-                && g.as_ref().is_none_or(|x| x.is_closed()) {
-                    *g = Some(h);
-                }
+            && g.as_ref().is_none_or(|x| x.is_closed())
+        {
+            *g = Some(h);
+        }
     }
 
     /// The channel to relay `id` at `addr`, opening one if needed.
@@ -183,13 +184,15 @@ impl ChannelRegistry {
         let slot = self.slot(id)?;
         let mut g = slot.lock().await;
         if let Some(h) = g.as_ref()
-            && !h.is_closed() {
-                if let (Some(want), Some(p)) = (ed, h.peer.as_ref())
-                    && want != p.ed_id {
-                        return Err("Ed25519 identity differs from the open channel's".into());
-                    }
-                return Ok(h.clone());
+            && !h.is_closed()
+        {
+            if let (Some(want), Some(p)) = (ed, h.peer.as_ref())
+                && want != p.ed_id
+            {
+                return Err("Ed25519 identity differs from the open channel's".into());
             }
+            return Ok(h.clone());
+        }
         let h = connect(ctx, id, ed, addr).await?;
         *g = Some(h.clone());
         Ok(h)

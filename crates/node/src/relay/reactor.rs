@@ -503,12 +503,13 @@ impl Reactor {
         }));
         let created = Created2 { hdata: reply };
         if let Ok(cell) = RawCell::fixed(id, Cmd::CREATED2, &created.encode())
-            && let Some(b) = cell.body() {
-                let b = *b;
-                self.me
-                    .codec
-                    .encode_fixed(id, Cmd::CREATED2, &b, &mut self.out);
-            }
+            && let Some(b) = cell.body()
+        {
+            let b = *b;
+            self.me
+                .codec
+                .encode_fixed(id, Cmd::CREATED2, &b, &mut self.out);
+        }
         self.origins.insert(
             id,
             Origin {
@@ -588,15 +589,16 @@ impl Reactor {
             Inbound::Data { stream, data } => {
                 let data = Bytes::copy_from_slice(data);
                 if let Some(s) = o.streams.get(&stream)
-                    && s.data.try_send(data).is_err() {
-                        // Flow control guarantees room; a full queue means
-                        // the client ignored the stream window.
-                        o.circ.stream_closed(stream);
-                        if let Some(s) = o.streams.remove(&stream) {
-                            s.credits.close();
-                        }
-                        self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+                    && s.data.try_send(data).is_err()
+                {
+                    // Flow control guarantees room; a full queue means
+                    // the client ignored the stream window.
+                    o.circ.stream_closed(stream);
+                    if let Some(s) = o.streams.remove(&stream) {
+                        s.credits.close();
                     }
+                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+                }
             }
             Inbound::End { stream, .. } => {
                 if let Some(s) = o.streams.remove(&stream) {
