@@ -41,6 +41,16 @@ fn onionmix_client_over_stock_tor_network() {
         }
 
         // 20 parallel streams over 2 isolated circuits (SOCKS usernames).
+        let om = info.clients(Some(Implementation::Onionmix))[0].clone();
+        let built = |om: &onionmix_testbed::netinfo::NodeInfo| -> u64 {
+            std::thread::sleep(Duration::from_millis(1200));
+            let v: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(om.data_dir.join("status.json")).unwrap(),
+            )
+            .unwrap();
+            v["circuits_built"].as_u64().unwrap()
+        };
+        let before = built(&om);
         let mut tasks = Vec::new();
         for i in 0..20 {
             let host = host.clone();
@@ -61,6 +71,12 @@ fn onionmix_client_over_stock_tor_network() {
                 ),
             }
         }
+
+        let after = built(&om);
+        assert!(
+            after >= before + 2,
+            "20 streams with 2 SOCKS identities should use 2 new circuits ({before} -> {after})"
+        );
 
         // A hostname resolved by the exit: connect by name, and RESOLVE.
         let (r, _) = common_net::download(ours, &sink.hostname, port, 4096, None)
@@ -126,7 +142,6 @@ fn onionmix_client_over_stock_tor_network() {
         // A relay killed mid-transfer: the stream fails cleanly, the next
         // request succeeds through a fresh circuit. We kill our client's
         // guard (the confirmed guard in its state file).
-        let om = info.clients(Some(Implementation::Onionmix))[0].clone();
         let guards: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(om.data_dir.join("guards.json")).unwrap(),
         )

@@ -260,6 +260,18 @@ impl CircMgr {
             .clone()
     }
 
+    /// Circuits currently pooled and open.
+    pub fn open_circuits(&self) -> usize {
+        let mut pools = self.lock_pools();
+        pools
+            .values_mut()
+            .map(|p| {
+                p.circs.retain(|c| !c.is_closed());
+                p.circs.len()
+            })
+            .sum()
+    }
+
     /// Drop every pooled circuit (new identity / directory change).
     pub fn clear(&self) {
         self.lock_pools().clear();

@@ -98,6 +98,9 @@ impl Client {
         };
         let c = client.clone();
         tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx).await });
+        let c = client.clone();
+        let status_path = cfg.data_dir.join("status.json");
+        tokio::spawn(async move { c.write_status_forever(status_path).await });
         Ok(client)
     }
 
@@ -108,6 +111,43 @@ impl Client {
             tokio::time::timeout(timeout, r.wait_for(|v| *v)).await,
             Ok(Ok(_))
         )
+    }
+
+    /// A snapshot of the client's state (also written to
+    /// `<data_dir>/status.json` every second).
+    pub fn status(&self) -> serde_json::Value {
+        let times = self.circmgr.build_times();
+        let recent: Vec<f64> = times
+            .iter()
+            .rev()
+            .take(100)
+            .map(|d| d.as_secs_f64() * 1e3)
+            .collect();
+        serde_json::json!({
+            "bootstrapped": *self.ready.borrow(),
+            "socks": self.socks_addr.to_string(),
+            "circuits_built": times.len(),
+            "circuits_open": self.circmgr.open_circuits(),
+            "recent_build_times_ms": recent,
+        })
+    }
+
+    async fn write_status_forever(self, path: std::path::PathBuf) {
+        let tmp = path.with_extension("json.tmp");
+        let mut last = String::new();
+        loop {
+            let text = self.status().to_string();
+            if text != last {
+                if std::fs::write(&tmp, &text)
+                    .and_then(|_| std::fs::rename(&tmp, &path))
+                    .is_err()
+                {
+                    warn!("cannot write {}", path.display());
+                }
+                last = text;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 
     async fn bootstrap_and_maintain(self, ready: watch::Sender<bool>) {
