@@ -75,6 +75,10 @@ pub struct RelayCtx {
     pub stats: RelayStats,
     /// Directory service for BEGIN_DIR (authorities).
     pub dir: Option<Arc<dyn DirServer>>,
+    /// When the relay started (for `uptime`).
+    pub started: std::time::Instant,
+    /// The ORPort actually bound (set by [`start`]).
+    bound_or_port: std::sync::atomic::AtomicU16,
 }
 
 impl RelayCtx {
@@ -88,6 +92,26 @@ impl RelayCtx {
     }
     fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// The relay's keys.
+    pub fn keys(&self) -> RelayKeys {
+        self.link().0.keys().clone()
+    }
+    /// The ORPort we listen on.
+    pub fn or_port(&self) -> u16 {
+        match self.bound_or_port.load(Ordering::Relaxed) {
+            0 => self.cfg.or_listen.port(),
+            p => p,
+        }
+    }
+    /// Observed bandwidth (bytes/s) for the descriptor: the exit traffic
+    /// rate since start, at least 1 KiB/s.
+    pub fn observed_bandwidth(&self) -> u64 {
+        let secs = self.started.elapsed().as_secs().max(1);
+        let bytes = self.stats.exit_bytes_down.load(Ordering::Relaxed)
+            + self.stats.exit_bytes_up.load(Ordering::Relaxed)
+            + self.stats.cells_forwarded.load(Ordering::Relaxed) * 514;
+        (bytes / secs).max(1024)
     }
 }
 
@@ -130,6 +154,8 @@ pub fn make_ctx(
         channels: ChannelRegistry::new(max_chans),
         stats: RelayStats::default(),
         dir,
+        started: std::time::Instant::now(),
+        bound_or_port: std::sync::atomic::AtomicU16::new(0),
     }))
 }
 
@@ -378,6 +404,7 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", ctx.cfg.or_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    ctx.bound_or_port.store(addr.port(), Ordering::Relaxed);
     tokio::spawn(serve(ctx, listener));
     Ok(addr)
 }
@@ -394,6 +421,7 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
         ctx.cfg.nickname,
         hex::encode_upper(ctx.rsa_id)
     );
+    tokio::spawn(publish::publish_loop(ctx.clone()));
     crate::client::wait_for_shutdown().await;
     info!("shutting down");
     Ok(())

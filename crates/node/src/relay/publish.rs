@@ -1,1 +1,183 @@
-//! Descriptor publishing (in progress).
+//! Descriptor publishing: build and sign our router descriptor and upload
+//! it (HTTP POST /tor/) to every configured authority, at start and then
+//! periodically; the authorities' answers are logged.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::{info, warn};
+
+use onionmix_netdoc::routerdesc::{self, DescriptorParams};
+
+use super::RelayCtx;
+
+/// Subprotocols this relay implements (what the descriptor's `proto` says).
+pub const PROTOCOLS: &str =
+    "Cons=1-2 Desc=1-2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+/// The `platform` line.
+pub const PLATFORM: &str = concat!("onionmix ", env!("CARGO_PKG_VERSION"), " on Linux");
+/// Time allowed for one upload.
+pub const UPLOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Lifetime of the ntor cross-certificate in our descriptors.
+pub const NTOR_CROSSCERT_LIFETIME: u64 = 14 * 24 * 3600;
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Build our current descriptor.
+pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
+    let keys = ctx.keys();
+    let address = match ctx.cfg.advertised_ip() {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+    };
+    let family = ctx
+        .cfg
+        .family
+        .iter()
+        .map(|f| format!("${}", f.trim_start_matches('$').to_ascii_uppercase()))
+        .collect();
+    let p = DescriptorParams {
+        nickname: ctx.cfg.nickname.clone(),
+        address,
+        or_port: ctx.or_port(),
+        dir_port: 0,
+        platform: PLATFORM.into(),
+        protocols: PROTOCOLS.into(),
+        published: now_unix(),
+        uptime: ctx.started.elapsed().as_secs(),
+        bandwidth: (
+            ctx.cfg.bandwidth,
+            ctx.cfg.bandwidth,
+            ctx.observed_bandwidth(),
+        ),
+        exit_policy: ctx
+            .exit_policy
+            .rules
+            .iter()
+            .map(|r| r.to_string())
+            .collect(),
+        family,
+        contact: ctx.cfg.contact.clone(),
+        tunnelled_dir_server: ctx.dir.is_some(),
+        ntor_crosscert_lifetime: NTOR_CROSSCERT_LIFETIME,
+    };
+    routerdesc::build(&keys, &p).map_err(|e| e.to_string())
+}
+
+/// The outcome of one upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadResult {
+    /// Authority nickname.
+    pub authority: String,
+    /// HTTP status (0: no answer).
+    pub status: u16,
+    /// Reason phrase or error.
+    pub reason: String,
+}
+
+async fn upload_one(addr: std::net::SocketAddr, desc: &str) -> Result<(u16, String), String> {
+    let fut = async {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        s.write_all(&routerdesc::upload_request(&addr.to_string(), desc))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        loop {
+            let n = s.read(&mut tmp).await.map_err(|e| e.to_string())?;
+            if n == 0 || buf.len() > 64 * 1024 {
+                break;
+            }
+            buf.extend_from_slice(&tmp[..n]);
+            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.lines().next().unwrap_or("");
+        let mut parts = line.splitn(3, ' ');
+        let _ver = parts.next();
+        let code: u16 = parts
+            .next()
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("bad HTTP answer: {line:?}"))?;
+        Ok((code, parts.next().unwrap_or("").to_string()))
+    };
+    tokio::time::timeout(UPLOAD_TIMEOUT, fut)
+        .await
+        .map_err(|_| "upload timed out".to_string())?
+}
+
+/// Build the descriptor and upload it to every authority once.
+pub async fn publish_once(ctx: &RelayCtx) -> Vec<UploadResult> {
+    let desc = match descriptor(ctx) {
+        Ok(d) => d,
+        Err(e) => {
+            warn!("cannot build our descriptor: {e}");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for a in &ctx.cfg.authorities {
+        let r = match upload_one(a.dir_addr, &desc).await {
+            Ok((code, reason)) => {
+                if code == 200 {
+                    info!("descriptor accepted by authority {}", a.nickname);
+                } else {
+                    warn!(
+                        "authority {} rejected our descriptor: {code} {reason}",
+                        a.nickname
+                    );
+                }
+                UploadResult {
+                    authority: a.nickname.clone(),
+                    status: code,
+                    reason,
+                }
+            }
+            Err(e) => {
+                warn!("uploading our descriptor to {} failed: {e}", a.nickname);
+                UploadResult {
+                    authority: a.nickname.clone(),
+                    status: 0,
+                    reason: e,
+                }
+            }
+        };
+        out.push(r);
+    }
+    out
+}
+
+/// Publish at start and then periodically (every minute in testing
+/// networks until the relay has been up an hour, like tor's fast early
+/// schedule; otherwise every `publish_interval_secs`).
+pub async fn publish_loop(ctx: Arc<RelayCtx>) {
+    if ctx.cfg.authorities.is_empty() {
+        return;
+    }
+    loop {
+        let results = publish_once(&ctx).await;
+        let accepted = results.iter().filter(|r| r.status == 200).count();
+        let every = if ctx.cfg.testing_network {
+            if accepted == 0 {
+                Duration::from_secs(5)
+            } else {
+                Duration::from_secs(60)
+            }
+        } else if accepted == 0 {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(ctx.cfg.publish_interval_secs.max(60))
+        };
+        tokio::time::sleep(every).await;
+    }
+}
