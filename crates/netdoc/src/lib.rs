@@ -39,7 +39,7 @@ pub use dirclient::{DirClientError, DirRequest, DirRequestKind, DirResponse, Res
 pub use guards::{GuardParams, GuardSet, GuardStateError};
 pub use microdesc::{Microdesc, MicrodescBatch, MicrodescError, parse_microdescs};
 pub use netdir::{BandwidthWeights, NetDir, Position, Relay};
-pub use path::{ExitTarget, PathBuilder, PathConfig, PathError};
+pub use path::{ExitTarget, NodeRestrictions, PathBuilder, PathConfig, PathError};
 pub use types::{PortPolicy, Protocols, RelayFlags};
 
 use std::fmt;

@@ -119,6 +119,26 @@ pub struct PathBuilder<'a> {
     config: &'a PathConfig,
     guards: Option<(&'a GuardSet, SystemTime)>,
     exclude: Option<&'a std::collections::HashSet<RsaId>>,
+    only: &'a NodeRestrictions,
+}
+
+/// Relays a user pinned to positions (tor's `EntryNodes`, `MiddleNodes`,
+/// `ExitNodes` with `StrictNodes 1`): an empty set means "any relay".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeRestrictions {
+    /// First hop candidates (used instead of the guard set when non-empty).
+    pub entry: std::collections::HashSet<RsaId>,
+    /// Middle hop candidates.
+    pub middle: std::collections::HashSet<RsaId>,
+    /// Last hop candidates.
+    pub exit: std::collections::HashSet<RsaId>,
+}
+
+static NO_RESTRICTIONS: std::sync::LazyLock<NodeRestrictions> =
+    std::sync::LazyLock::new(NodeRestrictions::default);
+
+fn allowed(set: &std::collections::HashSet<RsaId>, r: &Relay) -> bool {
+    set.is_empty() || set.contains(&r.rsa_id)
 }
 
 impl<'a> PathBuilder<'a> {
@@ -130,7 +150,15 @@ impl<'a> PathBuilder<'a> {
             config,
             guards: None,
             exclude: None,
+            only: &NO_RESTRICTIONS,
         }
+    }
+
+    /// Only use the given relays in each position (strictly).
+    #[must_use]
+    pub fn restricted(mut self, only: &'a NodeRestrictions) -> Self {
+        self.only = only;
+        self
     }
 
     /// Never use these relays (e.g. ones that just failed).
@@ -170,7 +198,7 @@ impl<'a> PathBuilder<'a> {
     /// True if `r` may be the last hop for `target`.
     pub fn exit_ok(&self, r: &Relay, target: ExitTarget) -> bool {
         let need_stable = self.needs_stable(target);
-        if !self.base_ok(r, need_stable) {
+        if !self.base_ok(r, need_stable) || !allowed(&self.only.exit, r) {
             return false;
         }
         match target {
@@ -244,6 +272,7 @@ impl<'a> PathBuilder<'a> {
             .relays()
             .filter(|r| {
                 self.base_ok(r, need_stable)
+                    && allowed(&self.only.middle, r)
                     && self.compatible(r, exit)
                     && self.compatible(r, guard)
             })
@@ -261,6 +290,22 @@ impl<'a> PathBuilder<'a> {
         exit: &Relay,
         need_stable: bool,
     ) -> Result<&'a Relay, PathError> {
+        if !self.only.entry.is_empty() {
+            // Pinned entries replace the guard set (tor's EntryNodes).
+            let entries: Vec<&Relay> = self
+                .netdir
+                .relays()
+                .filter(|r| {
+                    allowed(&self.only.entry, r)
+                        && self.base_ok(r, need_stable)
+                        && self.compatible(r, exit)
+                })
+                .collect();
+            return choose_weighted(rng, &entries, |r| {
+                self.netdir.relay_weight(r, Position::Guard)
+            })
+            .ok_or(PathError::NoGuard);
+        }
         if let Some((gs, now)) = self.guards {
             let id = gs
                 .pick_guard(self.netdir, now, |r| {

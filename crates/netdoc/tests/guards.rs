@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use onionmix_netdoc::{
-    ExitTarget, GuardParams, GuardSet, GuardStateError, NetDir, PathBuilder, PathConfig,
+    ExitTarget, GuardParams, GuardSet, GuardStateError, NetDir, NodeRestrictions, PathBuilder,
+    PathConfig,
 };
 use rand::SeedableRng;
 
@@ -152,4 +153,45 @@ fn paths_use_guards() {
     }
     let d = pb.one_hop_dir_path(&mut r).unwrap();
     assert!(gs.primary_guards().contains(&d));
+}
+
+#[test]
+fn pinned_nodes_override_guards_and_positions() {
+    let nd = netdir();
+    let now = now();
+    let mut gs = GuardSet::default();
+    gs.update(&nd, now, &mut rng());
+    let cfg = PathConfig::testing_network();
+    // Pin every position to relays the guard set would not choose first.
+    let relays: Vec<_> = nd.relays().map(|r| r.rsa_id).collect();
+    let mut r = rng();
+    let free = PathBuilder::new(&nd, &cfg)
+        .exit_path(&mut r, ExitTarget::Port(80))
+        .unwrap();
+    let exit_id = nd.relay(&free[2]).unwrap().rsa_id;
+    let not_exit: Vec<_> = relays.iter().filter(|x| **x != exit_id).collect();
+    let mut only = NodeRestrictions::default();
+    only.exit.insert(exit_id);
+    only.entry.insert(*not_exit[0]);
+    only.middle.insert(*not_exit[1]);
+    let pb = PathBuilder::new(&nd, &cfg)
+        .with_guards(&gs, now)
+        .restricted(&only);
+    for _ in 0..50 {
+        match pb.exit_path(&mut r, ExitTarget::Port(80)) {
+            Ok(p) => {
+                assert_eq!(nd.relay(&p[0]).unwrap().rsa_id, *not_exit[0]);
+                assert_eq!(nd.relay(&p[1]).unwrap().rsa_id, *not_exit[1]);
+                assert_eq!(nd.relay(&p[2]).unwrap().rsa_id, exit_id);
+            }
+            // Pinned relays may be incompatible (same family): then no path,
+            // never a path through other relays.
+            Err(_) => {}
+        }
+    }
+    // An exit pin that cannot exit gives an error, not another exit.
+    let mut only2 = NodeRestrictions::default();
+    only2.exit.insert([0xAA; 20]);
+    let pb2 = PathBuilder::new(&nd, &cfg).restricted(&only2);
+    assert!(pb2.exit_path(&mut r, ExitTarget::Port(80)).is_err());
 }

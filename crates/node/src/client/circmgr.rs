@@ -272,6 +272,18 @@ impl CircMgr {
             .sum()
     }
 
+    /// The relay nicknames of every pooled open circuit (like tor's
+    /// `GETINFO circuit-status`; local state, never logged).
+    pub fn open_circuit_paths(&self) -> Vec<Vec<String>> {
+        let pools = self.lock_pools();
+        pools
+            .values()
+            .flat_map(|p| p.circs.iter())
+            .filter(|c| !c.is_closed())
+            .map(|c| c.path.iter().map(|h| h.nickname.clone()).collect())
+            .collect()
+    }
+
     /// Drop every pooled circuit (new identity / directory change).
     pub fn clear(&self) {
         self.lock_pools().clear();

@@ -58,6 +58,30 @@ pub struct ClientConfig {
     /// Maximum simultaneous SOCKS connections.
     #[serde(default = "default_max_socks")]
     pub max_socks_connections: usize,
+    /// Only use these relays (hex RSA fingerprints, optional `$`) as the
+    /// first hop, instead of the guard set (tor's `EntryNodes` with
+    /// `StrictNodes 1`). Empty: no restriction.
+    #[serde(default)]
+    pub entry_nodes: Vec<String>,
+    /// Only use these relays as middle hops (tor's `MiddleNodes`).
+    #[serde(default)]
+    pub middle_nodes: Vec<String>,
+    /// Only use these relays as exits (tor's `ExitNodes`, strictly).
+    #[serde(default)]
+    pub exit_nodes: Vec<String>,
+}
+
+/// Parse a relay fingerprint as written in configs: 40 hex digits,
+/// optionally prefixed with `$`, spaces allowed.
+pub fn parse_fingerprint(s: &str) -> Option<[u8; 20]> {
+    let t: String = s
+        .trim()
+        .trim_start_matches('$')
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let v = hex::decode(&t).ok()?;
+    v.try_into().ok()
 }
 
 fn default_socks() -> SocketAddr {
@@ -154,10 +178,31 @@ impl ClientConfig {
                 self.socks_listen
             )));
         }
+        for (what, list) in [
+            ("entry_nodes", &self.entry_nodes),
+            ("middle_nodes", &self.middle_nodes),
+            ("exit_nodes", &self.exit_nodes),
+        ] {
+            if let Some(bad) = list.iter().find(|f| parse_fingerprint(f).is_none()) {
+                return Err(ConfigError::Invalid(format!(
+                    "{what}: {bad:?} is not a relay fingerprint (40 hex digits)"
+                )));
+            }
+        }
         if self.circuit_build_timeout_secs == 0 || self.stream_timeout_secs == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
         }
         Ok(())
+    }
+
+    /// The pinned relays per position.
+    pub fn node_restrictions(&self) -> onionmix_netdoc::NodeRestrictions {
+        let set = |l: &[String]| l.iter().filter_map(|f| parse_fingerprint(f)).collect();
+        onionmix_netdoc::NodeRestrictions {
+            entry: set(&self.entry_nodes),
+            middle: set(&self.middle_nodes),
+            exit: set(&self.exit_nodes),
+        }
     }
 
     /// Circuit build timeout.

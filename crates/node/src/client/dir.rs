@@ -58,6 +58,7 @@ pub struct DirMgr {
     certs: Mutex<Vec<AuthCertificate>>,
     guards: Mutex<GuardSet>,
     path_cfg: PathConfig,
+    only: onionmix_netdoc::NodeRestrictions,
     guard_file: PathBuf,
 }
 
@@ -100,6 +101,7 @@ impl DirMgr {
         } else {
             PathConfig::default()
         };
+        let only = cfg.node_restrictions();
         Ok(DirMgr {
             cfg,
             auths,
@@ -107,6 +109,7 @@ impl DirMgr {
             certs: Mutex::new(Vec::new()),
             guards: Mutex::new(guards),
             path_cfg,
+            only,
             guard_file,
         })
     }
@@ -370,7 +373,8 @@ impl DirMgr {
         let now = SystemTime::now();
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)
-            .excluding(avoid);
+            .excluding(avoid)
+            .restricted(&self.only);
         let mut rng = rand::thread_rng();
         let Purpose::Exit(port) = purpose;
         let target = match port {

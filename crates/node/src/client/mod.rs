@@ -128,6 +128,7 @@ impl Client {
             "socks": self.socks_addr.to_string(),
             "circuits_built": times.len(),
             "circuits_open": self.circmgr.open_circuits(),
+            "open_circuit_paths": self.circmgr.open_circuit_paths(),
             "recent_build_times_ms": recent,
         })
     }

@@ -24,8 +24,9 @@ pub struct RelayConfig {
     /// Act as an exit.
     #[serde(default)]
     pub exit: bool,
-    /// Exit policy lines in tor syntax (used when `exit` is set). Default:
-    /// `accept *:*` after tor's default rejections.
+    /// Exit policy lines in tor syntax (used when `exit` is set). As in
+    /// tor, a policy that does not end in `accept *:*` or `reject *:*` is
+    /// followed by tor's default exit policy; empty means the default.
     #[serde(default)]
     pub exit_policy: Vec<String>,
     /// Reject private/local addresses before the policy (tor's
@@ -35,6 +36,11 @@ pub struct RelayConfig {
     /// Trusted directory authorities (descriptors are uploaded to each).
     #[serde(rename = "authority", default)]
     pub authorities: Vec<AuthorityEntry>,
+    /// Serve directory documents over BEGIN_DIR as a cache of the
+    /// authorities (advertised as `tunnelled-dir-server`; needed for the
+    /// V2Dir flag, which tor clients require of guards). On by default.
+    #[serde(default = "yes")]
+    pub dir_cache: bool,
     /// Contact info for the descriptor.
     #[serde(default)]
     pub contact: Option<String>,
@@ -147,13 +153,18 @@ impl RelayConfig {
         if self.exit_policy_reject_private {
             p = p.with_private_rejected();
         }
-        // A policy without a final catch-all ends in "reject *:*", as tor's does.
-        p.rules.push(onionmix_proto::exitpolicy::Rule {
-            accept: false,
-            addr: None,
-            family: onionmix_proto::exitpolicy::Family::Any,
-            ports: (1, 65535),
+        // As in tor: a policy that does not end in a catch-all
+        // (`accept *:*` / `reject *:*`) augments the default exit policy,
+        // which is appended.
+        let catch_all = p.rules.last().is_some_and(|r| {
+            r.addr.is_none()
+                && r.family == onionmix_proto::exitpolicy::Family::Any
+                && r.ports == (1, 65535)
         });
+        if !catch_all {
+            let default = ExitPolicy::parse(TOR_DEFAULT_EXIT_POLICY).map_err(|e| e.to_string())?;
+            p.rules.extend(default.rules);
+        }
         Ok(p)
     }
 
@@ -182,7 +193,19 @@ exit_policy_reject_private = false
         .unwrap();
         let p = c.exit_policy().unwrap();
         assert!(p.allows(&"127.0.0.1".parse().unwrap(), 80));
-        assert!(!p.allows(&"8.8.8.8".parse().unwrap(), 80));
+        // No final catch-all: tor's default exit policy follows, as in tor.
+        assert!(p.allows(&"8.8.8.8".parse().unwrap(), 80));
+        assert!(!p.allows(&"8.8.8.8".parse().unwrap(), 25));
+        assert!(p.summary(false).allows(443));
+        // Ending in "reject *:*" replaces the default.
+        let strict = RelayConfig::parse(
+            "data_dir='/x'\nnickname='r'\nor_listen='127.0.0.1:1'\nexit=true\nexit_policy_reject_private=false\nexit_policy=['accept 127.0.0.0/8:*','reject *:*']",
+        )
+        .unwrap()
+        .exit_policy()
+        .unwrap();
+        assert!(strict.allows(&"127.0.0.1".parse().unwrap(), 80));
+        assert!(!strict.allows(&"8.8.8.8".parse().unwrap(), 80));
         assert!(
             RelayConfig::parse("data_dir='/x'\nnickname='bad name'\nor_listen='127.0.0.1:1'")
                 .is_err()

@@ -344,12 +344,23 @@ async fn dir(mut s: ExitStream) {
             }
             Ok(None) => return,
             Err(_) => {
+                tracing::debug!(
+                    "BEGIN_DIR: no complete request after 30 s ({} bytes: {:?})",
+                    req.len(),
+                    String::from_utf8_lossy(&req[..req.len().min(80)])
+                );
                 s.end(end_reason::TIMEOUT);
                 return;
             }
         }
     }
     let resp = server.handle_request(&req).await;
+    tracing::debug!(
+        "BEGIN_DIR: {} byte request, {} byte answer ({})",
+        req.len(),
+        resp.len(),
+        String::from_utf8_lossy(&resp[..resp.len().min(15)])
+    );
     if s.send_data(&resp).await {
         s.end(end_reason::DONE);
     }

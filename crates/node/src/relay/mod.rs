@@ -2,6 +2,7 @@
 //! circuits, and (as an exit) connects streams.
 
 pub mod config;
+pub mod dircache;
 pub mod dns;
 pub mod exit;
 pub mod extend;
@@ -414,7 +415,15 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", cfg.data_dir.display()))?;
     let keys = load_or_generate_keys(&cfg.data_dir)?;
-    let ctx = make_ctx(cfg, keys, None)?;
+    // A directory cache (BEGIN_DIR) unless turned off: tor clients take
+    // only directory caches (V2Dir) as guards.
+    let dir: Option<Arc<dyn DirServer>> = if cfg.dir_cache && !cfg.authorities.is_empty() {
+        let ups = cfg.authorities.iter().map(|a| a.dir_addr).collect();
+        Some(Arc::new(dircache::DirCache::new(ups)))
+    } else {
+        None
+    };
+    let ctx = make_ctx(cfg, keys, dir)?;
     let addr = start(ctx.clone()).await?;
     info!(
         "relay {} listening on {addr} (fingerprint {})",

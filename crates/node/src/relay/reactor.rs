@@ -400,8 +400,9 @@ impl Reactor {
         let id = cell.circ_id;
         match cell.cmd {
             Cmd::CREATE2 => self.handle_create2(id, &cell.payload),
-            Cmd::CREATE | Cmd::CREATE_FAST => {
-                // TAP and CREATE_FAST are not supported (TAP is gone in 0.4.9).
+            Cmd::CREATE_FAST => self.handle_create_fast(id, &cell.payload),
+            Cmd::CREATE => {
+                // TAP is gone in tor 0.4.9.
                 self.send_destroy(id, destroy_reason::PROTOCOL);
             }
             Cmd::RELAY | Cmd::RELAY_EARLY => {
@@ -435,12 +436,13 @@ impl Reactor {
         }
     }
 
-    fn handle_create2(&mut self, id: u32, payload: &[u8]) {
+    /// DoS limits for a new circuit: per-channel count, creation rate,
+    /// global count. False (and DESTROY sent) when over a limit.
+    fn admit_circuit(&mut self, id: u32) -> bool {
         if id == 0 || self.origins.contains_key(&id) || self.nexts.contains_key(&id) {
             self.send_destroy(id, destroy_reason::PROTOCOL);
-            return;
+            return false;
         }
-        // DoS limits: per-channel circuit count, creation rate, global count.
         self.refill_tokens();
         let per_chan = self.me.n_circuits.load(Ordering::Relaxed);
         let global = self.ctx.stats.circuits.load(Ordering::Relaxed);
@@ -453,9 +455,36 @@ impl Reactor {
                 .creates_refused
                 .fetch_add(1, Ordering::Relaxed);
             self.send_destroy(id, destroy_reason::RESOURCELIMIT);
-            return;
+            return false;
         }
         self.create_tokens -= 1.0;
+        true
+    }
+
+    /// CREATE_FAST (tor-spec 5.1.1): tor clients use it for one-hop
+    /// directory circuits to relays whose onion key they do not know yet
+    /// (e.g. fetching microdescriptors from a directory guard).
+    fn handle_create_fast(&mut self, id: u32, payload: &[u8]) {
+        if !self.admit_circuit(id) {
+            return;
+        }
+        let Some(x) = payload.get(..20).and_then(|x| <[u8; 20]>::try_from(x).ok()) else {
+            self.send_destroy(id, destroy_reason::PROTOCOL);
+            return;
+        };
+        let mut y = [0u8; 20];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut y);
+        let ckeys = onionmix_crypto::CircuitKeys::from_create_fast(&x, &y);
+        let mut reply = Vec::with_capacity(40);
+        reply.extend_from_slice(&y);
+        reply.extend_from_slice(&ckeys.kh);
+        self.install_origin(id, Cmd::CREATED_FAST, &reply, &ckeys);
+    }
+
+    fn handle_create2(&mut self, id: u32, payload: &[u8]) {
+        if !self.admit_circuit(id) {
+            return;
+        }
         let Ok(c) = Create2::parse(payload) else {
             self.send_destroy(id, destroy_reason::PROTOCOL);
             return;
@@ -497,18 +526,28 @@ impl Reactor {
                 return;
             }
         };
+        let created = Created2 { hdata: reply };
+        self.install_origin(id, Cmd::CREATED2, &created.encode(), &ckeys);
+    }
+
+    /// Answer a CREATE*/CREATE_FAST with `cmd`/`payload` and start the
+    /// circuit with `ckeys`.
+    fn install_origin(
+        &mut self,
+        id: u32,
+        cmd: Cmd,
+        payload: &[u8],
+        ckeys: &onionmix_crypto::CircuitKeys,
+    ) {
         let shared = Arc::new(Mutex::new(Shared {
-            layer: Tor1Layer::new(&ckeys),
+            layer: Tor1Layer::new(ckeys),
             pkg: PackageWindow::circuit(),
         }));
-        let created = Created2 { hdata: reply };
-        if let Ok(cell) = RawCell::fixed(id, Cmd::CREATED2, &created.encode())
+        if let Ok(cell) = RawCell::fixed(id, cmd, payload)
             && let Some(b) = cell.body()
         {
             let b = *b;
-            self.me
-                .codec
-                .encode_fixed(id, Cmd::CREATED2, &b, &mut self.out);
+            self.me.codec.encode_fixed(id, cmd, &b, &mut self.out);
         }
         self.origins.insert(
             id,

@@ -1,0 +1,1 @@
+//! onionmix-measure (in progress)
