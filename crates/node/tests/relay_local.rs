@@ -23,7 +23,7 @@ use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
     let cfg = RelayConfig::parse(&format!(
         "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
-         exit_policy = [\"accept 127.0.0.0/8:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
+         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
         dir.join(nick).display().to_string()
     ))
     .unwrap();
