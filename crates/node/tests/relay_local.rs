@@ -317,3 +317,66 @@ async fn mixed_paths_with_stock_tor_relay() {
     });
     bulk(&circ, target, 256 * 1024).await;
 }
+
+/// dos limits: one client opening circuits as fast as it can on one relay
+/// is refused (RESOURCELIMIT) once over its per-connection limit, while a
+/// second client's transfer through the same relay completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_peer_circuit_limit_spares_other_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = RelayConfig::parse(&format!(
+        "data_dir = {:?}\nnickname = \"limited\"\nor_listen = \"127.0.0.1:0\"\nexit = true\n\
+         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\n\
+         testing_network = true\nmax_circuits_per_channel = 16\ncreate_rate_per_channel = 1000\n",
+        tmp.path().join("limited").display().to_string()
+    ))
+    .unwrap();
+    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
+    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
+    let addr = relay::start(ctx.clone()).await.unwrap();
+    let hop = HopTarget {
+        nickname: "limited".into(),
+        rsa_id: ctx.rsa_id,
+        ed_id: Some(ctx.ed_id),
+        or_addr: addr,
+        ntor_key: ctx.ntor_keys()[0].public(),
+        ntor_v3: false,
+    };
+    let target = start_target().await;
+
+    // The flooder: its own connection, circuits until refused.
+    let flood_mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let flood_chan = flood_mgr.get(&hop).await.unwrap();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..64 {
+        match circuit::build(
+            flood_chan.clone(),
+            vec![hop.clone()],
+            Duration::from_secs(10),
+        )
+        .await
+        {
+            Ok(c) => held.push(c),
+            Err(_) => refused += 1,
+        }
+    }
+    assert_eq!(held.len(), 16, "the per-connection limit admits exactly 16");
+    assert_eq!(refused, 48);
+    assert!(
+        ctx.stats
+            .creates_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 48
+    );
+
+    // Another client (its own connection) still gets a circuit and a
+    // verified 2 MiB transfer through the same relay.
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let chan = mgr.get(&hop).await.unwrap();
+    let circ = circuit::build(chan, vec![hop.clone()], Duration::from_secs(10))
+        .await
+        .expect("other client is not limited");
+    bulk(&circ, target, 2 << 20).await;
+    drop(held);
+}
