@@ -84,3 +84,45 @@ fn tor_basic_20ms_through_the_emulator() {
     }
     let _ = NetworkInfo::load(&dir);
 }
+
+/// Our relays and client under emulation: `mixed-20ms` (stock authorities,
+/// onionmix and stock relays, both clients) bootstraps through the
+/// emulator and both clients carry a verified download.
+#[test]
+fn mixed_20ms_through_the_emulator() {
+    if !common_net::tor_available("mixed_20ms_through_the_emulator") {
+        return;
+    }
+    if !is_root() {
+        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
+            panic!("link emulation needs root (ONIONMIX_REQUIRE_INTEROP=1)");
+        }
+        eprintln!("SKIP mixed_20ms_through_the_emulator: needs root for network namespaces");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("net");
+    let net = common_net::start("mixed-20ms", &dir);
+    let info = net.info().clone();
+    let sink = info.sink.clone().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for c in info.clients(None) {
+        let socks = c.socks_addr().unwrap();
+        assert!(!socks.ip().is_loopback(), "nodes get their own addresses");
+        rt.block_on(async {
+            let (r, t) =
+                common_net::download_retry(socks, &sink.hostname, sink.http.port(), 1 << 20)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            assert!(r.sha256_ok());
+            assert!(
+                r.first_byte >= Duration::from_millis(160),
+                "{}: ttfb {:?}",
+                c.name,
+                r.first_byte
+            );
+            eprintln!("{}: 1 MiB in {t:?}, ttfb {:?}", c.name, r.first_byte);
+        });
+    }
+    drop(net);
+}

@@ -30,6 +30,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "tor-basic-20ms",
         include_str!("../../../testnets/tor-basic-20ms.toml"),
     ),
+    (
+        "mixed-20ms",
+        include_str!("../../../testnets/mixed-20ms.toml"),
+    ),
 ];
 
 /// Which implementation runs a node.
