@@ -96,10 +96,10 @@ pub fn build(keys: &RelayKeys, p: &DescriptorParams) -> Result<String, Descripto
             return Err(DescriptorError::Invalid(what.into()));
         }
     }
-    if let Some(c) = &p.contact {
-        if !valid_line_value(c) {
-            return Err(DescriptorError::Invalid("contact".into()));
-        }
+    if let Some(c) = &p.contact
+        && !valid_line_value(c)
+    {
+        return Err(DescriptorError::Invalid("contact".into()));
     }
     let mut d = String::with_capacity(4096);
     d.push_str(&format!(

@@ -33,11 +33,14 @@ pub const TTL: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Cached answers by request key: when stored, and the raw response.
+type Entries = HashMap<String, (Instant, std::sync::Arc<Vec<u8>>)>;
+
 /// The cache.
 pub struct DirCache {
     upstreams: Vec<SocketAddr>,
     next: AtomicUsize,
-    entries: Mutex<HashMap<String, (Instant, std::sync::Arc<Vec<u8>>)>>,
+    entries: Mutex<Entries>,
 }
 
 /// What a request asked for.
