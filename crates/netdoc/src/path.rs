@@ -187,6 +187,14 @@ impl<'a> PathBuilder<'a> {
             && !(self.config.enforce_distinct_subnets && a.in_same_subnet(b))
     }
 
+    /// For a position the user pinned: their choice overrides the Fast and
+    /// Stable preferences (tor falls back the same way), not Running/Valid.
+    fn pinned_ok(&self, r: &Relay) -> bool {
+        !self.excluded(r)
+            && r.flags
+                .contains(RelayFlags::RUNNING.with(RelayFlags::VALID))
+    }
+
     fn base_ok(&self, r: &Relay, need_stable: bool) -> bool {
         !self.excluded(r)
             && r.flags
@@ -198,7 +206,12 @@ impl<'a> PathBuilder<'a> {
     /// True if `r` may be the last hop for `target`.
     pub fn exit_ok(&self, r: &Relay, target: ExitTarget) -> bool {
         let need_stable = self.needs_stable(target);
-        if !self.base_ok(r, need_stable) || !allowed(&self.only.exit, r) {
+        let ok = if self.only.exit.is_empty() {
+            self.base_ok(r, need_stable)
+        } else {
+            self.only.exit.contains(&r.rsa_id) && self.pinned_ok(r)
+        };
+        if !ok {
             return false;
         }
         match target {
@@ -271,9 +284,11 @@ impl<'a> PathBuilder<'a> {
             .netdir
             .relays()
             .filter(|r| {
-                self.base_ok(r, need_stable)
-                    && allowed(&self.only.middle, r)
-                    && self.compatible(r, exit)
+                (if self.only.middle.is_empty() {
+                    self.base_ok(r, need_stable)
+                } else {
+                    self.only.middle.contains(&r.rsa_id) && self.pinned_ok(r)
+                }) && self.compatible(r, exit)
                     && self.compatible(r, guard)
             })
             .collect();
@@ -296,9 +311,7 @@ impl<'a> PathBuilder<'a> {
                 .netdir
                 .relays()
                 .filter(|r| {
-                    allowed(&self.only.entry, r)
-                        && self.base_ok(r, need_stable)
-                        && self.compatible(r, exit)
+                    allowed(&self.only.entry, r) && self.pinned_ok(r) && self.compatible(r, exit)
                 })
                 .collect();
             return choose_weighted(rng, &entries, |r| {
