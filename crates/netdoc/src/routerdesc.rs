@@ -183,6 +183,176 @@ pub fn upload_request(host: &str, desc: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Largest descriptor upload accepted (tor's limit is similar).
+pub const MAX_UPLOAD_LEN: usize = 64 * 1024;
+/// How far in the future a descriptor's `published` may be.
+pub const MAX_PUBLISHED_SKEW: u64 = 12 * 3600;
+/// How old a descriptor may be when uploaded.
+pub const MAX_UPLOAD_AGE: u64 = 48 * 3600;
+
+/// A router descriptor received by an authority, signatures verified.
+#[derive(Debug, Clone)]
+pub struct UploadedDesc {
+    /// The descriptor text (from `router ` through its RSA signature).
+    pub text: String,
+    /// SHA-1 of the signed part (the descriptor digest).
+    pub digest: [u8; 20],
+    /// Nickname.
+    pub nickname: String,
+    /// IPv4 address.
+    pub address: Ipv4Addr,
+    /// ORPort.
+    pub or_port: u16,
+    /// DirPort.
+    pub dir_port: u16,
+    /// RSA identity fingerprint.
+    pub rsa_id: [u8; 20],
+    /// Ed25519 identity.
+    pub ed_id: [u8; 32],
+    /// ntor onion key.
+    pub ntor_onion_key: [u8; 32],
+    /// `onion-key` object (PEM), if present.
+    pub onion_key_pem: Option<String>,
+    /// Publication time (unix).
+    pub published: u64,
+    /// Uptime in seconds.
+    pub uptime: u64,
+    /// Bandwidth average, burst, observed (bytes/s).
+    pub bandwidth: (u64, u64, u64),
+    /// `platform` line.
+    pub platform: String,
+    /// `proto` line.
+    pub protocols: String,
+    /// Family members as written.
+    pub family: Vec<String>,
+    /// IPv4 exit policy rules in order (`accept ...` / `reject ...`).
+    pub policy: Vec<String>,
+    /// Advertises `tunnelled-dir-server`.
+    pub tunnelled_dir_server: bool,
+}
+
+/// Check an uploaded descriptor (HTTP POST body: one descriptor, maybe
+/// followed by an extra-info document, which is ignored): parse it,
+/// verify every signature and cross-certificate, and check `published`
+/// against `now_unix`.
+pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> {
+    use tor_checkable::{SelfSigned, Timebound};
+    if body.len() > MAX_UPLOAD_LEN {
+        return Err("descriptor too large".into());
+    }
+    let start = if body.starts_with("router ") {
+        0
+    } else {
+        body.find("\nrouter ").ok_or("no router descriptor")? + 1
+    };
+    let sig_kw = "\nrouter-signature\n";
+    let s_at = body[start..].find(sig_kw).ok_or("no router-signature")? + start;
+    let signed_end = s_at + sig_kw.len();
+    let end_marker = "-----END SIGNATURE-----\n";
+    let end = body[signed_end..]
+        .find(end_marker)
+        .ok_or("unterminated router-signature")?
+        + signed_end
+        + end_marker.len();
+    let text = &body[start..end];
+    let digest: [u8; 20] = Sha1::digest(&body.as_bytes()[start..signed_end]).into();
+    let unchecked = tor_netdoc::doc::routerdesc::RouterDesc::parse(text)
+        .map_err(|e| format!("malformed descriptor: {e}"))?;
+    let rd = unchecked
+        .check_signature()
+        .map_err(|e| format!("bad signature: {e}"))?
+        .dangerously_assume_timely();
+    let published = rd
+        .published()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if published > now_unix + MAX_PUBLISHED_SKEW {
+        return Err("descriptor published too far in the future".into());
+    }
+    if published + MAX_UPLOAD_AGE < now_unix {
+        return Err("descriptor too old".into());
+    }
+    let mut d = UploadedDesc {
+        text: text.to_string(),
+        digest,
+        nickname: String::new(),
+        address: Ipv4Addr::UNSPECIFIED,
+        or_port: 0,
+        dir_port: 0,
+        rsa_id: rd
+            .rsa_identity()
+            .as_bytes()
+            .try_into()
+            .map_err(|_| "bad RSA identity")?,
+        ed_id: rd
+            .ed_identity()
+            .as_bytes()
+            .try_into()
+            .map_err(|_| "bad Ed25519 identity")?,
+        ntor_onion_key: rd.ntor_onion_key().to_bytes(),
+        onion_key_pem: None,
+        published,
+        uptime: 0,
+        bandwidth: (0, 0, 0),
+        platform: String::new(),
+        protocols: String::new(),
+        family: Vec::new(),
+        policy: Vec::new(),
+        tunnelled_dir_server: false,
+    };
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let (kw, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match kw {
+            "router" => {
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                if let [nick, addr, orp, _socks, dirp] = f[..] {
+                    d.nickname = nick.to_string();
+                    d.address = addr.parse().map_err(|_| "bad router address")?;
+                    d.or_port = orp.parse().map_err(|_| "bad ORPort")?;
+                    d.dir_port = dirp.parse().map_err(|_| "bad DirPort")?;
+                } else {
+                    return Err("bad router line".into());
+                }
+            }
+            "uptime" => d.uptime = rest.trim().parse().unwrap_or(0),
+            "bandwidth" => {
+                let v: Vec<u64> = rest
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap_or(0))
+                    .collect();
+                if let [a, b, c] = v[..] {
+                    d.bandwidth = (a, b, c);
+                }
+            }
+            "platform" => d.platform = rest.to_string(),
+            "proto" => d.protocols = rest.to_string(),
+            "family" => d.family = rest.split_whitespace().map(str::to_string).collect(),
+            "accept" | "reject" if d.policy.len() < 1024 => {
+                d.policy.push(line.to_string());
+            }
+            "tunnelled-dir-server" => d.tunnelled_dir_server = true,
+            "onion-key" => {
+                let mut pem = String::new();
+                for l in lines.by_ref() {
+                    pem.push_str(l);
+                    pem.push('\n');
+                    if l.starts_with("-----END") {
+                        break;
+                    }
+                }
+                d.onion_key_pem = Some(pem);
+            }
+            _ => {}
+        }
+    }
+    if d.nickname.is_empty() {
+        return Err("no router line".into());
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +422,36 @@ mod tests {
         let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_200);
         let rd = timed.if_valid_at(&when).expect("valid at publication");
         assert_eq!(rd.rsa_identity().as_bytes(), &k.rsa_id());
+    }
+
+    #[test]
+    fn uploads_are_verified() {
+        let k = keys();
+        let mut p = params();
+        let now = p.published;
+        p.exit_policy = vec!["accept *:80".into(), "reject *:*".into()];
+        let d = build(&k, &p).unwrap();
+        let with_extra = format!("{d}extra-info x 0000\n");
+        let u = verify_upload(&with_extra, now).unwrap();
+        assert_eq!(u.text, d);
+        assert_eq!(u.rsa_id, k.rsa_id());
+        assert_eq!(u.ed_id, k.ed_id());
+        assert_eq!(u.policy, ["accept *:80", "reject *:*"]);
+        assert!(
+            u.onion_key_pem
+                .as_deref()
+                .unwrap()
+                .starts_with("-----BEGIN RSA PUBLIC KEY-----")
+        );
+        let signed = &d[..d.find("router-signature\n").unwrap() + "router-signature\n".len()];
+        assert_eq!(u.digest, <[u8; 20]>::from(Sha1::digest(signed.as_bytes())));
+        // Any change breaks a signature.
+        let bad = d.replacen("uptime ", "uptime 1", 1);
+        assert!(verify_upload(&bad, now).is_err());
+        assert!(verify_upload(&d, now + MAX_UPLOAD_AGE + 10).is_err());
+        assert!(verify_upload(&d, now - MAX_PUBLISHED_SKEW - 10).is_err());
+        assert!(verify_upload("garbage", now).is_err());
+        assert!(verify_upload("", now).is_err());
     }
 
     #[test]

@@ -434,10 +434,33 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 i.fingerprint = Some(fp);
             }
             (Implementation::Onionmix, Role::Authority) => {
-                return Err(LaunchError::node(
-                    "onionmix authorities are not supported by this launcher yet",
-                    i,
-                ));
+                write_onionmix_authority_config(i, &[], &n.extra)
+                    .map_err(|e| LaunchError::node(e, i))?;
+                let out = Command::new(&opts.onionmix_bin)
+                    .args(["authority", "--config"])
+                    .arg(i.data_dir.join("authority.toml"))
+                    .arg("--list-fingerprint")
+                    .output()
+                    .map_err(|e| LaunchError::node(format!("cannot run onionmix: {e}"), i))?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let f: Vec<&str> = text.split_whitespace().collect();
+                match f[..] {
+                    [_, fp, v3] if out.status.success() && fp.len() == 40 && v3.len() == 40 => {
+                        i.fingerprint = Some(fp.to_string());
+                        i.v3ident = Some(v3.to_string());
+                        n.ed_or_v3 = Some(v3.to_string());
+                    }
+                    _ => {
+                        return Err(LaunchError::node(
+                            format!(
+                                "onionmix authority --list-fingerprint failed: {}{}",
+                                text,
+                                String::from_utf8_lossy(&out.stderr)
+                            ),
+                            i,
+                        ));
+                    }
+                }
             }
             (_, Role::Client | Role::Mix | Role::Provider | Role::MixClient) => {}
         }
@@ -510,7 +533,9 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     &n.extra,
                 )
                 .map_err(|e| LaunchError::node(e, i))?,
-                Role::Authority | Role::Mix | Role::Provider | Role::MixClient => {}
+                Role::Authority => write_onionmix_authority_config(i, &auth_entries, &n.extra)
+                    .map_err(|e| LaunchError::node(e, i))?,
+                Role::Mix | Role::Provider | Role::MixClient => {}
             },
         }
     }
@@ -599,6 +624,10 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                             .arg("client")
                             .arg("--config")
                             .arg(info.data_dir.join("client.toml")),
+                        Role::Authority => c
+                            .arg("authority")
+                            .arg("--config")
+                            .arg(info.data_dir.join("authority.toml")),
                         _ => c
                             .arg("relay")
                             .arg("--config")
@@ -918,6 +947,32 @@ fn auth_toml(auths: &[AuthEntry]) -> String {
         ));
     }
     s
+}
+
+fn write_onionmix_authority_config(
+    i: &NodeInfo,
+    auths: &[AuthEntry],
+    extra: &[String],
+) -> Result<(), String> {
+    // Tor's testing-network voting schedule (20 s interval, 4 s delays).
+    let mut s = format!(
+        "data_dir = {:?}\nnickname = {:?}\nor_listen = \"{}:{}\"\ndir_listen = \"{}:{}\"\n\
+         contact = \"onionmix-testnet@example.invalid\"\ntesting_network = true\n\
+         voting_interval_secs = 20\nvote_delay_secs = 4\ndist_delay_secs = 4\n\
+         reachability_interval_secs = 10\n",
+        i.data_dir.display().to_string(),
+        i.name,
+        i.address,
+        i.or_port.unwrap_or(0),
+        i.address,
+        i.dir_port.unwrap_or(0)
+    );
+    for l in extra {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str(&auth_toml(auths));
+    std::fs::write(i.data_dir.join("authority.toml"), s).map_err(|e| e.to_string())
 }
 
 fn write_onionmix_client_config(

@@ -34,6 +34,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "mixed-20ms",
         include_str!("../../../testnets/mixed-20ms.toml"),
     ),
+    (
+        "onionmix-basic",
+        include_str!("../../../testnets/onionmix-basic.toml"),
+    ),
+    (
+        "tor-client-onionmix-network",
+        include_str!("../../../testnets/tor-client-onionmix-network.toml"),
+    ),
+    (
+        "stock-basic",
+        include_str!("../../../testnets/stock-basic.toml"),
+    ),
 ];
 
 /// Which implementation runs a node.

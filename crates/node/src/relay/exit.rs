@@ -31,7 +31,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// TTL we report for addresses.
 pub const ANSWER_TTL: u32 = 300;
 /// Largest directory request accepted over BEGIN_DIR.
-pub const MAX_DIR_REQUEST: usize = 16 * 1024;
+pub const MAX_DIR_REQUEST: usize = 128 * 1024;
 /// Idle time after which an exit stream is closed.
 pub const STREAM_IDLE: Duration = Duration::from_secs(3600);
 
@@ -338,7 +338,7 @@ async fn dir(mut s: ExitStream) {
                     s.end(end_reason::TORPROTOCOL);
                     return;
                 }
-                if req.windows(4).any(|w| w == b"\r\n\r\n") {
+                if dir_request_complete(&req) {
                     break;
                 }
             }
@@ -366,6 +366,22 @@ async fn dir(mut s: ExitStream) {
     }
 }
 
+/// Whether `req` holds a whole HTTP request: the head and, for a POST
+/// (descriptor uploads to authorities), `Content-Length` body bytes.
+pub fn dir_request_complete(req: &[u8]) -> bool {
+    let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&req[..end]);
+    let len = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    req.len() >= end + 4 + len
+}
+
 /// Something that answers directory HTTP requests (authorities).
 pub trait DirServer: Send + Sync {
     /// Answer one raw HTTP request with a raw HTTP response.
@@ -373,4 +389,23 @@ pub trait DirServer: Send + Sync {
         &'a self,
         req: &'a [u8],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send + 'a>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dir_request_complete;
+
+    #[test]
+    fn begin_dir_requests_wait_for_post_bodies() {
+        assert!(!dir_request_complete(b"GET /tor/ HTTP/1.0\r\n"));
+        assert!(dir_request_complete(b"GET /tor/ HTTP/1.0\r\n\r\n"));
+        let post = b"POST /tor/ HTTP/1.0\r\nContent-Length: 4\r\n\r\nrout";
+        for cut in 0..post.len() {
+            assert!(!dir_request_complete(&post[..cut]), "cut {cut}");
+        }
+        assert!(dir_request_complete(post));
+        assert!(dir_request_complete(
+            b"POST /tor/ HTTP/1.0\r\ncontent-length: 0\r\n\r\n"
+        ));
+    }
 }
