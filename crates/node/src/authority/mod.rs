@@ -987,7 +987,7 @@ impl Authority {
                 match r {
                     Ok(msg) => http::response(200, msg, b"", false),
                     Err(e) => {
-                        debug!("{} refused: {e}", req.path);
+                        info!("{} refused: {e}", req.path);
                         http::response(400, &e, b"", false)
                     }
                 }

@@ -69,6 +69,14 @@ pub struct RelayConfig {
     /// Seconds between descriptor uploads.
     #[serde(default = "default_publish")]
     pub publish_interval_secs: u64,
+    /// Onion key (ntor and TAP) lifetime before rotation (default 28 days,
+    /// tor's `onion-key-rotation-days`).
+    #[serde(default = "default_onion_rotation")]
+    pub onion_key_rotation_secs: u64,
+    /// How long the previous ntor key is still accepted after a rotation
+    /// (default 7 days, tor's `onion-key-grace-period-days`).
+    #[serde(default = "default_onion_grace")]
+    pub onion_key_grace_secs: u64,
     /// Family members (hex fingerprints, `$`-prefixed or not).
     #[serde(default)]
     pub family: Vec<String>,
@@ -95,6 +103,12 @@ fn default_max_circs() -> usize {
 }
 fn default_max_chans() -> usize {
     4096
+}
+fn default_onion_rotation() -> u64 {
+    28 * 86400
+}
+fn default_onion_grace() -> u64 {
+    7 * 86400
 }
 fn default_publish() -> u64 {
     18 * 3600
@@ -136,6 +150,11 @@ impl RelayConfig {
             ));
         }
         c.exit_policy()?;
+        if c.onion_key_rotation_secs < 60 || c.onion_key_grace_secs >= c.onion_key_rotation_secs {
+            return Err(
+                "onion_key_rotation_secs must be >= 60 and longer than onion_key_grace_secs".into(),
+            );
+        }
         Ok(c)
     }
 

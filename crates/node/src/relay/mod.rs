@@ -8,6 +8,7 @@ pub mod exit;
 pub mod extend;
 pub mod publish;
 pub mod reactor;
+pub mod rotate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -93,6 +94,26 @@ impl RelayCtx {
     }
     fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Install new keys (after a rotation): a fresh TLS identity and link
+    /// certificates for new channels, the new ntor keys for CREATE2.
+    /// Channels already open keep working.
+    pub fn replace_keys(&self, keys: RelayKeys) -> Result<(), String> {
+        let now = now_unix();
+        let tls = TlsIdentity::generate(
+            &mut rand::rngs::OsRng,
+            &keys.rsa_identity,
+            now,
+            TLS_CERT_LIFETIME,
+        )
+        .map_err(|e| format!("TLS identity: {e}"))?;
+        let transport = TlsTransport::server(tls.cert_der.clone(), tls.key_pkcs8_der.to_vec())
+            .map_err(|e| format!("TLS config: {e}"))?;
+        let ntor = keys.ntor_keys();
+        let link = RelayLinkIdentity::new(keys, &tls, now)?;
+        *self.link.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(link), transport);
+        self.set_ntor_keys(ntor);
+        Ok(())
     }
     /// The relay's keys.
     pub fn keys(&self) -> RelayKeys {
@@ -431,6 +452,7 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
         hex::encode_upper(ctx.rsa_id)
     );
     tokio::spawn(publish::publish_loop(ctx.clone()));
+    tokio::spawn(rotate::rotation_loop(ctx.clone()));
     crate::client::wait_for_shutdown().await;
     info!("shutting down");
     Ok(())
