@@ -46,6 +46,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "stock-basic",
         include_str!("../../../testnets/stock-basic.toml"),
     ),
+    (
+        "onionmix-basic-20ms",
+        include_str!("../../../testnets/onionmix-basic-20ms.toml"),
+    ),
 ];
 
 /// Which implementation runs a node.
