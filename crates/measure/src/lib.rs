@@ -1,1 +1,4 @@
-//! onionmix-measure (in progress)
+//! onionmix-measure: the measurement suite (workloads, statistics,
+//! reports, side-by-side comparisons). See docs/measure.md.
+
+pub mod record;
