@@ -8,6 +8,7 @@ mod cmd_authority;
 mod cmd_client;
 mod cmd_demo;
 mod cmd_emu;
+mod cmd_measure;
 mod cmd_mix;
 mod cmd_relay;
 mod cmd_testnet;
@@ -35,6 +36,14 @@ enum Command {
     /// Run the main demo: start a private network, carry verified downloads
     /// through the onionmix client, print the timings, stop the network.
     Demo(cmd_demo::DemoArgs),
+    /// Measure a running testnet with a workload (bulk, voip, session,
+    /// goodput, reliability, access): results.jsonl, summary.md, plots.
+    Measure(cmd_measure::MeasureArgs),
+    /// Start two networks and run a workload on both alternately; report
+    /// medians and ratios with confidence intervals.
+    Compare(cmd_measure::CompareArgs),
+    /// Rebuild tables and plots from saved results (several runs at once).
+    Report(cmd_measure::ReportArgs),
     /// Start, inspect and stop private test networks (chutney's job).
     #[command(subcommand)]
     Testnet(cmd_testnet::TestnetCmd),
@@ -63,6 +72,9 @@ fn main() -> std::process::ExitCode {
     logging::init(cli.log.as_deref());
     let result = match cli.command {
         Command::Demo(a) => cmd_demo::run(a),
+        Command::Measure(a) => cmd_measure::run_measure(a),
+        Command::Compare(a) => cmd_measure::run_compare(a),
+        Command::Report(a) => cmd_measure::run_report(a),
         Command::Testnet(c) => cmd_testnet::run(c),
         Command::Sink(a) => cmd_testnet::run_sink(a),
         Command::Client(a) => cmd_client::run(a),

@@ -14,3 +14,4 @@ pub mod sink;
 pub mod socks;
 pub mod spec;
 pub mod torrc;
+pub mod workload;

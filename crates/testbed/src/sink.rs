@@ -182,7 +182,14 @@ async fn serve_http(
             respond_simple(&mut s, 405, "Method Not Allowed", "only GET\n").await?;
             continue;
         }
-        if let Some(nstr) = path.strip_prefix("/bytes/") {
+        let (nstr, digest) = match (path.strip_prefix("/bytes/"), path.strip_prefix("/stream/")) {
+            (Some(n), _) => (Some(n), true),
+            // `/stream/<n>`: the same bytes without the digest header, so
+            // the first byte does not wait for hashing n bytes (goodput).
+            (None, Some(n)) => (Some(n), false),
+            _ => (None, false),
+        };
+        if let Some(nstr) = nstr {
             let n = match nstr.parse::<u64>() {
                 Ok(n) if n <= MAX_BYTES => n,
                 _ => {
@@ -196,7 +203,9 @@ async fn serve_http(
                     continue;
                 }
             };
-            let d = if n <= 4 * 1024 * 1024 {
+            let d = if !digest {
+                [0u8; 32]
+            } else if n <= 4 * 1024 * 1024 {
                 cached_digest(&cache, n)
             } else {
                 let c = cache.clone();
@@ -204,9 +213,13 @@ async fn serve_http(
                     .await
                     .unwrap_or([0u8; 32])
             };
+            let digest_line = if digest {
+                format!("X-Onionmix-Sha256: {}\r\n", hex::encode(d))
+            } else {
+                String::new()
+            };
             let hdr = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\nX-Onionmix-Sha256: {}\r\n{}\r\n",
-                hex::encode(d),
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\n{digest_line}{}\r\n",
                 if close { "Connection: close\r\n" } else { "" }
             );
             s.write_all(hdr.as_bytes()).await?;

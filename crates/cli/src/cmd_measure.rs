@@ -1,0 +1,307 @@
+//! `onionmix measure`, `compare`, `report`: the measurement suite
+//! (docs/measure.md). Workloads live in `onionmix_testbed::workload`,
+//! statistics, tables and plots in `onionmix_measure`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use clap::Args;
+
+use onionmix_measure::record::{Record, RunMeta};
+use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
+use onionmix_testbed::netinfo::NetworkInfo;
+use onionmix_testbed::spec::{Implementation, Spec};
+use onionmix_testbed::workload::{self, Endpoint, WorkloadConfig};
+
+#[derive(Args, Debug)]
+pub struct MeasureArgs {
+    /// State directory of a running testnet (`onionmix testnet start --dir`).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Workload: bulk, voip, session, goodput, reliability, access, or a
+    /// TOML file (docs/measure.md).
+    #[arg(long)]
+    workload: String,
+    /// Client node to measure through (default: the first client).
+    #[arg(long)]
+    client: Option<String>,
+    /// Repetitions (overrides the workload's `runs`).
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Seconds per run for voip/goodput (overrides `duration_secs`).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Results directory (results.jsonl, meta.json, summary.md, plots).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Network specs to compare (give --spec twice).
+    #[arg(long = "spec", num_args = 1, required = true)]
+    specs: Vec<String>,
+    /// Workload name or TOML file.
+    #[arg(long)]
+    workload: String,
+    /// Repetitions per network.
+    #[arg(long, default_value_t = 10)]
+    runs: u32,
+    /// Seconds per run for voip/goodput.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Results directory (networks run under `<out>/nets/`).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Results directories (each with results.jsonl and meta.json).
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
+    /// Where to write summary.md and plots (default: the first directory).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {kernel}")
+}
+
+fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn meta(cfg: &WorkloadConfig, specs: Vec<String>) -> RunMeta {
+    let links = specs
+        .iter()
+        .filter_map(|s| Spec::load(s).ok())
+        .filter_map(|s| s.emulation.map(|e| (s.name, e)))
+        .map(|(n, e)| format!("[{n}]\n{}", toml::to_string(&e).unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    RunMeta {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: machine(),
+        git_commit: git_commit(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        specs,
+        links,
+        seed: 0,
+        started_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        params: cfg.params(),
+    }
+}
+
+fn endpoint(info: &NetworkInfo, client: Option<&str>) -> anyhow::Result<Endpoint> {
+    let sink = info
+        .sink
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the network has no sink"))?;
+    let clients = info.clients(None);
+    let c = match client {
+        Some(name) => clients.iter().find(|c| c.name == name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no client {name:?} in {} (clients: {})",
+                info.spec,
+                clients
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?,
+        None => clients
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("the network has no client"))?,
+    };
+    Ok(Endpoint {
+        label: format!("{}/{}", info.spec, c.name),
+        socks: c
+            .socks_addr()
+            .ok_or_else(|| anyhow::anyhow!("{} has no SOCKS port", c.name))?,
+        http: sink.http,
+        echo: sink.echo,
+        status_json: (c.implementation == Implementation::Onionmix)
+            .then(|| c.data_dir.join("status.json")),
+    })
+}
+
+fn workload_config(
+    name: &str,
+    runs: Option<u32>,
+    duration: Option<f64>,
+) -> anyhow::Result<WorkloadConfig> {
+    let mut cfg = WorkloadConfig::load(name).map_err(anyhow::Error::msg)?;
+    if let Some(r) = runs {
+        cfg.runs = r;
+    }
+    if let Some(d) = duration {
+        cfg.duration_secs = d;
+    }
+    // Validate the overrides too.
+    let text = toml::to_string(&cfg)?;
+    WorkloadConfig::parse(&text).map_err(anyhow::Error::msg)
+}
+
+fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::new(total)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn events_per_run(cfg: &WorkloadConfig) -> u64 {
+    match cfg.workload.as_str() {
+        "bulk" => cfg.sizes.len() as u64,
+        "session" => cfg.script.len() as u64,
+        _ => 1,
+    }
+}
+
+fn write_results(out: &Path, records: &[Record], metas: &[RunMeta]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(out.join("results.jsonl"))?);
+    for r in records {
+        serde_json::to_writer(&mut f, r)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()?;
+    std::fs::write(out.join("meta.json"), serde_json::to_vec_pretty(metas)?)?;
+    Ok(())
+}
+
+fn finish(out: &Path, records: &[Record], metas: &[RunMeta]) -> anyhow::Result<()> {
+    write_results(out, records, metas)?;
+    let files =
+        onionmix_measure::report::write_report(records, metas, out).map_err(anyhow::Error::msg)?;
+    let failed = records.iter().filter(|r| !r.ok()).count();
+    eprintln!(
+        "{} records ({failed} failed or timed out); wrote {}/results.jsonl, meta.json and {} report files",
+        records.len(),
+        out.display(),
+        files.len()
+    );
+    if let Ok(s) = std::fs::read_to_string(out.join("summary.md")) {
+        println!("{s}");
+    }
+    Ok(())
+}
+
+pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
+    let cfg = workload_config(&a.workload, a.runs, a.duration)?;
+    let info = NetworkInfo::load(&a.dir).map_err(anyhow::Error::msg)?;
+    let ep = endpoint(&info, a.client.as_deref())?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let pb = progress(cfg.runs as u64 * events_per_run(&cfg), &ep.label);
+    let mut records = Vec::new();
+    rt.block_on(async {
+        for run in 0..cfg.runs {
+            let tick = || pb.inc(1);
+            records.extend(workload::run_once(&cfg, &ep, run, &tick).await);
+        }
+    });
+    pb.finish_and_clear();
+    records.extend(workload::circuit_builds(&cfg, &ep));
+    let m = meta(&cfg, vec![info.spec.clone()]);
+    finish(&a.out, &records, &[m])
+}
+
+pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
+    if a.specs.len() != 2 {
+        anyhow::bail!("give exactly two --spec values");
+    }
+    let cfg = workload_config(&a.workload, Some(a.runs), a.duration)?;
+    let mut guards = Vec::new();
+    let mut eps = Vec::new();
+    let opts = LaunchOptions::new(std::env::current_exe()?);
+    for (i, s) in a.specs.iter().enumerate() {
+        let spec = Spec::load(s)?;
+        let dir = a.out.join("nets").join(format!("{i}-{}", spec.name));
+        eprintln!("starting {} in {}", spec.name, dir.display());
+        let net = launcher::start(&spec, &dir, &opts)?;
+        let guard = NetworkGuard(Some(net));
+        let mut ep = endpoint(guard.info(), None)?;
+        if a.specs[0] == a.specs[1] {
+            ep.label = format!("{}#{i}", ep.label);
+        }
+        eps.push(ep);
+        guards.push(guard);
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    let pb = progress(2 * cfg.runs as u64 * events_per_run(&cfg), "A, B, A, B...");
+    let mut records = Vec::new();
+    rt.block_on(async {
+        // Alternate A, B, A, B... so machine noise hits both alike.
+        for run in 0..cfg.runs {
+            for ep in &eps {
+                let tick = || pb.inc(1);
+                records.extend(workload::run_once(&cfg, ep, run, &tick).await);
+            }
+        }
+    });
+    pb.finish_and_clear();
+    for ep in &eps {
+        records.extend(workload::circuit_builds(&cfg, ep));
+    }
+    drop(guards);
+    let m = meta(&cfg, a.specs.clone());
+    finish(&a.out, &records, &[m])
+}
+
+pub fn run_report(a: ReportArgs) -> anyhow::Result<()> {
+    let mut records = Vec::new();
+    let mut metas = Vec::new();
+    for d in &a.dirs {
+        let (r, m) = onionmix_measure::report::read_results(d).map_err(anyhow::Error::msg)?;
+        records.extend(r);
+        metas.extend(m);
+    }
+    let out = a.out.clone().unwrap_or_else(|| a.dirs[0].clone());
+    std::fs::create_dir_all(&out)?;
+    let files = onionmix_measure::report::write_report(&records, &metas, &out)
+        .map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "{} records from {} directories; wrote {} report files to {}",
+        records.len(),
+        a.dirs.len(),
+        files.len(),
+        out.display()
+    );
+    Ok(())
+}

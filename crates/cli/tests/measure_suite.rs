@@ -1,0 +1,183 @@
+//! The measurement suite end to end: every workload runs briefly through
+//! a small stock tor testnet with `onionmix measure` and writes
+//! results.jsonl, summary.md and plots; `onionmix compare` runs a workload
+//! on two networks (all onionmix vs all stock) and reports ratios;
+//! `onionmix report` rebuilds the report from saved results.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common_net;
+
+use std::path::Path;
+use std::process::Command;
+
+fn onionmix(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_onionmix"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn check_outputs(out: &Path, workload: &str) {
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let n = jsonl.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(n > 0, "{workload}: no records");
+    for l in jsonl.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["workload"], workload);
+        assert!(v["error"].is_null(), "{workload}: failed event {l}");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains(workload), "{workload}: {summary}");
+    let files: Vec<String> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        files.iter().any(|f| f.ends_with(".svg")),
+        "{workload}: no SVG in {files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f.ends_with(".png")),
+        "{workload}: no PNG in {files:?}"
+    );
+    let meta = std::fs::read_to_string(out.join("meta.json")).unwrap();
+    assert!(meta.contains("git_commit") && meta.contains("machine"));
+}
+
+#[test]
+fn every_workload_on_a_stock_tor_testnet() {
+    if !common_net::tor_available("every_workload_on_a_stock_tor_testnet") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("net");
+    let _net = common_net::start("tor-basic", &dir);
+    let d = dir.to_str().unwrap();
+    let quick = [
+        ("bulk", "runs = 2\nsizes = [51200, 1048576]\n"),
+        ("voip", "runs = 1\nduration_secs = 3\n"),
+        ("session", "runs = 2\n"),
+        (
+            "goodput",
+            "runs = 1\nduration_secs = 2\nwarmup_secs = 0.5\nstreams = 3\n",
+        ),
+        ("reliability", "runs = 4\ninterval_ms = 100\n"),
+        ("access", "runs = 2\n"),
+    ];
+    for (w, extra) in quick {
+        let file = tmp.path().join(format!("{w}.toml"));
+        std::fs::write(&file, format!("workload = {w:?}\n{extra}")).unwrap();
+        let out = tmp.path().join(format!("out-{w}"));
+        // Stock tor's first streams after bootstrap sometimes fail; one
+        // retry of the whole workload.
+        let mut ok = false;
+        let mut last = String::new();
+        for _ in 0..2 {
+            let (success, stdout, stderr) = onionmix(&[
+                "measure",
+                "--dir",
+                d,
+                "--workload",
+                file.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            let clean = std::fs::read_to_string(out.join("results.jsonl"))
+                .map(|t| !t.contains("\"error\""))
+                .unwrap_or(false);
+            if success && clean {
+                ok = true;
+                break;
+            }
+            last = format!("{stdout}\n{stderr}");
+        }
+        assert!(ok, "measure {w} failed:\n{last}");
+        check_outputs(&out, w);
+        eprintln!("{w}: ok");
+    }
+    // Bad input: a clear error, not a panic.
+    let (success, _, stderr) = onionmix(&[
+        "measure",
+        "--dir",
+        d,
+        "--workload",
+        "nope",
+        "--out",
+        "/tmp/x",
+    ]);
+    assert!(
+        !success && stderr.contains("neither a workload"),
+        "{stderr}"
+    );
+    let (success, _, stderr) = onionmix(&[
+        "measure",
+        "--dir",
+        d,
+        "--workload",
+        "bulk",
+        "--client",
+        "nobody",
+        "--out",
+        "/tmp/x",
+    ]);
+    assert!(!success && stderr.contains("no client"), "{stderr}");
+    // report rebuilds from two result directories at once.
+    let merged = tmp.path().join("merged");
+    let (success, _, stderr) = onionmix(&[
+        "report",
+        tmp.path().join("out-bulk").to_str().unwrap(),
+        tmp.path().join("out-access").to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(success, "{stderr}");
+    let s = std::fs::read_to_string(merged.join("summary.md")).unwrap();
+    assert!(s.contains("bulk") && s.contains("access"), "{s}");
+}
+
+#[test]
+fn compare_onionmix_and_stock_networks() {
+    if !common_net::tor_available("compare_onionmix_and_stock_networks") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cmp");
+    let file = tmp.path().join("bulk.toml");
+    std::fs::write(&file, "workload = \"bulk\"\nsizes = [51200, 1048576]\n").unwrap();
+    let (success, stdout, stderr) = onionmix(&[
+        "compare",
+        "--spec",
+        "onionmix-basic",
+        "--spec",
+        "stock-basic",
+        "--workload",
+        file.to_str().unwrap(),
+        "--runs",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(success, "{stdout}\n{stderr}");
+    let s = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        s.contains("onionmix-basic/omclient0") && s.contains("stock-basic/client0"),
+        "{s}"
+    );
+    assert!(s.to_lowercase().contains("ratio"), "{s}");
+    // Every process both networks started is gone.
+    for net in std::fs::read_dir(out.join("nets")).unwrap() {
+        let info = onionmix_testbed::netinfo::NetworkInfo::load(&net.unwrap().path()).unwrap();
+        for n in &info.nodes {
+            assert!(
+                !onionmix_testbed::proc::alive(n.pid, n.start_time),
+                "{} still running",
+                n.name
+            );
+        }
+    }
+}

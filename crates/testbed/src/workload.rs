@@ -1,0 +1,764 @@
+//! Measurement workloads (docs/measure.md): traffic through a client's
+//! SOCKS port to the sink, one [`Record`] per measured event.
+//!
+//! | workload | seed | what is measured |
+//! |---|---|---|
+//! | `bulk` | OnionPerf / Tor Metrics | 50 KiB, 1 MiB, 5 MiB downloads, each on a fresh circuit: TTFB, TTLB, throughput between 0.5 and 1 MiB |
+//! | `voip` | 001 (RTT pinger) | fixed-size timestamped packets at a fixed rate to the echo port: per-packet RTT, share under 150/300 ms |
+//! | `session` | 000 (IRMA sessions) | a scripted sequence of request/response messages: per-message and whole-session latency |
+//! | `goodput` | 002 | continuous download on 1 or more streams for a time after a warm-up: Mbit/s |
+//! | `reliability` | 001 | small page fetches at an interval: error share |
+//! | `access` | 001 (access time) | warm client on a new circuit vs a reused circuit: TTFB |
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use onionmix_measure::record::Record;
+
+use crate::socks::{self, Target};
+
+/// Where a workload sends its traffic.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// Series label (`<spec>/<client>`).
+    pub label: String,
+    /// The client's SOCKS address.
+    pub socks: SocketAddr,
+    /// The sink's HTTP address.
+    pub http: SocketAddr,
+    /// The sink's echo address.
+    pub echo: SocketAddr,
+    /// The client's status file (onionmix clients), for circuit build times.
+    pub status_json: Option<PathBuf>,
+}
+
+/// One message of a `session` script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Name (table label).
+    pub name: String,
+    /// Request size in bytes (padded with a header).
+    pub request_bytes: usize,
+    /// Response body size in bytes.
+    pub response_bytes: u64,
+    /// Pause before the message, ms.
+    #[serde(default)]
+    pub think_ms: u64,
+}
+
+/// The built-in session script: seed 000's message pattern (new session,
+/// get commitments, get proof, respond permission). The seed timed the
+/// messages but did not publish their sizes; these are estimates of the
+/// JSON bodies' order of magnitude.
+pub fn seed000_script() -> Vec<Message> {
+    let m = |name: &str, request_bytes, response_bytes, think_ms| Message {
+        name: name.into(),
+        request_bytes,
+        response_bytes,
+        think_ms,
+    };
+    vec![
+        m("new-session", 400, 1500, 0),
+        m("get-commitments", 300, 800, 200),
+        m("get-proof", 500, 1200, 0),
+        m("respond-permission", 2500, 300, 500),
+    ]
+}
+
+/// Workload parameters (a TOML file may set any of them; the name alone
+/// gives the defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadConfig {
+    /// `bulk`, `voip`, `session`, `goodput`, `reliability` or `access`.
+    pub workload: String,
+    /// Repetitions (transfers per size, streams, sessions, fetches).
+    #[serde(default = "d_runs")]
+    pub runs: u32,
+    /// Timeout of one event, seconds.
+    #[serde(default = "d_timeout")]
+    pub timeout_secs: f64,
+    /// `bulk` sizes in bytes.
+    #[serde(default = "d_sizes")]
+    pub sizes: Vec<u64>,
+    /// `bulk`: a fresh circuit per transfer (OnionPerf does this).
+    #[serde(default = "d_true")]
+    pub fresh_circuit: bool,
+    /// `voip`: packet size in bytes (>= 16).
+    #[serde(default = "d_packet")]
+    pub packet_bytes: usize,
+    /// `voip`: packets per second.
+    #[serde(default = "d_pps")]
+    pub packets_per_sec: f64,
+    /// `voip`/`goodput`: measured seconds per run.
+    #[serde(default = "d_duration")]
+    pub duration_secs: f64,
+    /// `goodput`: parallel streams.
+    #[serde(default = "d_streams")]
+    pub streams: usize,
+    /// `goodput`: seconds before measuring.
+    #[serde(default = "d_warmup")]
+    pub warmup_secs: f64,
+    /// `session`: the messages.
+    #[serde(default = "seed000_script")]
+    pub script: Vec<Message>,
+    /// `reliability`: fetch interval, ms.
+    #[serde(default = "d_interval")]
+    pub interval_ms: u64,
+    /// `reliability`: page size.
+    #[serde(default = "d_page")]
+    pub page_bytes: u64,
+}
+
+fn d_runs() -> u32 {
+    10
+}
+fn d_timeout() -> f64 {
+    60.0
+}
+fn d_sizes() -> Vec<u64> {
+    vec![50 * 1024, 1 << 20, 5 << 20]
+}
+fn d_true() -> bool {
+    true
+}
+fn d_packet() -> usize {
+    300
+}
+fn d_pps() -> f64 {
+    10.0
+}
+fn d_duration() -> f64 {
+    10.0
+}
+fn d_streams() -> usize {
+    1
+}
+fn d_warmup() -> f64 {
+    2.0
+}
+fn d_interval() -> u64 {
+    500
+}
+fn d_page() -> u64 {
+    10 * 1024
+}
+
+/// The workloads there are.
+pub const WORKLOADS: &[&str] = &[
+    "bulk",
+    "voip",
+    "session",
+    "goodput",
+    "reliability",
+    "access",
+];
+
+impl WorkloadConfig {
+    /// Defaults for a built-in workload name.
+    pub fn named(name: &str) -> Result<Self, String> {
+        Self::parse(&format!("workload = {name:?}\n"))
+    }
+
+    /// A built-in name or a TOML file.
+    pub fn load(name_or_path: &str) -> Result<Self, String> {
+        if WORKLOADS.contains(&name_or_path) {
+            return Self::named(name_or_path);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+            format!(
+                "{name_or_path:?} is neither a workload ({}) nor a readable file: {e}",
+                WORKLOADS.join(", ")
+            )
+        })?;
+        Self::parse(&text).map_err(|e| format!("{name_or_path}: {e}"))
+    }
+
+    /// Parse and validate TOML.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let c: WorkloadConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        if !WORKLOADS.contains(&c.workload.as_str()) {
+            return Err(format!(
+                "unknown workload {:?} (one of {})",
+                c.workload,
+                WORKLOADS.join(", ")
+            ));
+        }
+        let bad = |w: &str| Err(format!("invalid {w}"));
+        if c.runs == 0 || c.runs > 100_000 {
+            return bad("runs (1-100000)");
+        }
+        if !(c.timeout_secs > 0.0 && c.timeout_secs <= 3600.0) {
+            return bad("timeout_secs (0-3600]");
+        }
+        if c.sizes.is_empty()
+            || c.sizes
+                .iter()
+                .any(|s| *s == 0 || *s > crate::sink::MAX_BYTES)
+        {
+            return bad("sizes (1 byte to 1 GiB each)");
+        }
+        if !(16..=65536).contains(&c.packet_bytes) {
+            return bad("packet_bytes (16-65536)");
+        }
+        if !(c.packets_per_sec > 0.0 && c.packets_per_sec <= 1000.0) {
+            return bad("packets_per_sec (0-1000]");
+        }
+        if !(c.duration_secs > 0.0 && c.duration_secs <= 86400.0) {
+            return bad("duration_secs (0-86400]");
+        }
+        if !(1..=64).contains(&c.streams) {
+            return bad("streams (1-64)");
+        }
+        if !(c.warmup_secs >= 0.0 && c.warmup_secs <= 3600.0) {
+            return bad("warmup_secs [0-3600]");
+        }
+        if c.script.is_empty()
+            || c.script
+                .iter()
+                .any(|m| m.request_bytes > 6000 || m.response_bytes > crate::sink::MAX_BYTES)
+        {
+            return bad("script (1+ messages, request_bytes <= 6000)");
+        }
+        if c.interval_ms == 0 || c.page_bytes == 0 {
+            return bad("interval_ms / page_bytes");
+        }
+        Ok(c)
+    }
+
+    /// Parameters for the run metadata.
+    pub fn params(&self) -> std::collections::BTreeMap<String, String> {
+        let v = serde_json::to_value(self).unwrap_or_default();
+        v.as_object()
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.to_string())).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or(0.0)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn record(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, kind: &str, size: Option<u64>) -> Record {
+    Record {
+        workload: cfg.workload.clone(),
+        label: ep.label.clone(),
+        run,
+        kind: kind.into(),
+        size,
+        start_unix_ms: now_ms(),
+        metrics: Default::default(),
+        error: None,
+    }
+}
+
+/// A SOCKS username that isolates `tag`'s streams onto their own circuit.
+fn isolation(tag: &str) -> String {
+    format!("om-measure-{tag}-{}", rand::random::<u32>())
+}
+
+async fn connect(
+    ep: &Endpoint,
+    target: SocketAddr,
+    user: Option<&str>,
+    timeout: Duration,
+) -> Result<TcpStream, String> {
+    let auth = user.map(|u| (u, "x"));
+    socks::connect(ep.socks, &Target::Addr(target), auth, timeout)
+        .await
+        .map_err(|e| format!("socks: {e}"))
+}
+
+/// One HTTP fetch; fills `r` with ttfb/ttlb (and the 0.5-1 MiB throughput
+/// when the body is that large).
+async fn fetch(
+    ep: &Endpoint,
+    user: Option<&str>,
+    n: u64,
+    pad: usize,
+    timeout: Duration,
+    r: &mut Record,
+) {
+    let t0 = Instant::now();
+    let work = async {
+        let mut s = connect(ep, ep.http, user, timeout).await?;
+        let mut req = format!(
+            "GET /bytes/{n} HTTP/1.1\r\nHost: sink\r\nConnection: close\r\nUser-Agent: onionmix-measure\r\n"
+        );
+        if pad > req.len() + 16 {
+            req.push_str(&format!("X-Pad: {}\r\n", "p".repeat(pad - req.len() - 12)));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut head = Vec::new();
+        let mut first = None;
+        let body_start;
+        loop {
+            let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if k == 0 {
+                return Err("closed before the response".into());
+            }
+            first.get_or_insert_with(|| t0.elapsed());
+            head.extend_from_slice(&buf[..k]);
+            if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                body_start = p + 4;
+                break;
+            }
+            if head.len() > 16 * 1024 {
+                return Err("response head too long".into());
+            }
+        }
+        let text = String::from_utf8_lossy(&head[..body_start]).to_string();
+        if !text.starts_with("HTTP/1.1 200") {
+            return Err(format!("HTTP {}", text.lines().next().unwrap_or("").trim()));
+        }
+        let mut got = (head.len() - body_start) as u64;
+        let (mut at_half, mut at_one) = (None, None);
+        let mark = |got: u64, h: &mut Option<Duration>, o: &mut Option<Duration>| {
+            if got >= 512 * 1024 && h.is_none() {
+                *h = Some(t0.elapsed());
+            }
+            if got >= 1024 * 1024 && o.is_none() {
+                *o = Some(t0.elapsed());
+            }
+        };
+        mark(got, &mut at_half, &mut at_one);
+        while got < n {
+            let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if k == 0 {
+                return Err(format!("truncated at {got} of {n} bytes"));
+            }
+            got += k as u64;
+            mark(got, &mut at_half, &mut at_one);
+        }
+        Ok::<_, String>((first.unwrap_or_default(), t0.elapsed(), at_half, at_one))
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Err(_) => r.error = Some("timeout".into()),
+        Ok(Err(e)) => r.error = Some(e),
+        Ok(Ok((fb, lb, h, o))) => {
+            r.metrics.insert("ttfb_ms".into(), ms(fb));
+            r.metrics.insert("ttlb_ms".into(), ms(lb));
+            if let (Some(h), Some(o)) = (h, o)
+                && o > h
+            {
+                let mbps = (512.0 * 1024.0 * 8.0) / (o - h).as_secs_f64() / 1e6;
+                r.metrics.insert("mbps_05_1".into(), mbps);
+            }
+        }
+    }
+}
+
+/// Run `cfg` once (`run`) against `ep`. `tick` is called after each event.
+pub async fn run_once(
+    cfg: &WorkloadConfig,
+    ep: &Endpoint,
+    run: u32,
+    tick: &(dyn Fn() + Sync),
+) -> Vec<Record> {
+    let timeout = Duration::from_secs_f64(cfg.timeout_secs);
+    let mut out = Vec::new();
+    match cfg.workload.as_str() {
+        "bulk" => {
+            for &size in &cfg.sizes {
+                let user = cfg.fresh_circuit.then(|| isolation("bulk"));
+                let mut r = record(cfg, ep, run, "transfer", Some(size));
+                fetch(ep, user.as_deref(), size, 0, timeout, &mut r).await;
+                out.push(r);
+                tick();
+            }
+        }
+        "voip" => {
+            out.extend(voip(cfg, ep, run, timeout).await);
+            tick();
+        }
+        "session" => {
+            let user = isolation("session");
+            let mut total = record(cfg, ep, run, "session", None);
+            let t0 = Instant::now();
+            let mut failed = None;
+            for m in &cfg.script {
+                tokio::time::sleep(Duration::from_millis(m.think_ms)).await;
+                let mut r = record(cfg, ep, run, "message", Some(m.response_bytes));
+                r.metrics
+                    .insert("request_bytes".into(), m.request_bytes as f64);
+                let t = Instant::now();
+                fetch(
+                    ep,
+                    Some(&user),
+                    m.response_bytes,
+                    m.request_bytes,
+                    timeout,
+                    &mut r,
+                )
+                .await;
+                if r.ok() {
+                    r.metrics.insert("latency_ms".into(), ms(t.elapsed()));
+                } else {
+                    failed = r.error.clone();
+                }
+                r.kind = format!("message:{}", m.name);
+                out.push(r);
+                tick();
+            }
+            match failed {
+                Some(e) => total.error = Some(e),
+                None => {
+                    let think: u64 = cfg.script.iter().map(|m| m.think_ms).sum();
+                    total
+                        .metrics
+                        .insert("latency_ms".into(), ms(t0.elapsed()) - think as f64);
+                }
+            }
+            out.push(total);
+        }
+        "goodput" => {
+            out.push(goodput(cfg, ep, run, timeout).await);
+            tick();
+        }
+        "reliability" => {
+            let mut r = record(cfg, ep, run, "transfer", Some(cfg.page_bytes));
+            fetch(ep, None, cfg.page_bytes, 0, timeout, &mut r).await;
+            out.push(r);
+            tick();
+            tokio::time::sleep(Duration::from_millis(cfg.interval_ms)).await;
+        }
+        "access" => {
+            // Warm client, new circuit: a fresh isolation username.
+            let user = isolation("access");
+            let mut r = record(cfg, ep, run, "new-circuit", Some(1000));
+            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
+            out.push(r);
+            // The same circuit again.
+            let mut r = record(cfg, ep, run, "reused-circuit", Some(1000));
+            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
+            out.push(r);
+            tick();
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Circuit build times the client reported (onionmix clients:
+/// `recent_build_times_ms` in `status.json`), as `circuit` records.
+pub fn circuit_builds(cfg: &WorkloadConfig, ep: &Endpoint) -> Vec<Record> {
+    let Some(p) = &ep.status_json else {
+        return Vec::new();
+    };
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v["recent_build_times_ms"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_f64())
+        .map(|t| {
+            let mut r = record(cfg, ep, 0, "circuit", None);
+            r.metrics.insert("circuit_build_ms".into(), t);
+            r
+        })
+        .collect()
+}
+
+async fn voip(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, timeout: Duration) -> Vec<Record> {
+    let mut stream = record(cfg, ep, run, "stream", Some(cfg.packet_bytes as u64));
+    let mut s = match connect(ep, ep.echo, Some(&isolation("voip")), timeout).await {
+        Ok(s) => s,
+        Err(e) => {
+            stream.error = Some(e);
+            return vec![stream];
+        }
+    };
+    let n = (cfg.duration_secs * cfg.packets_per_sec).ceil().max(1.0) as u64;
+    let gap = Duration::from_secs_f64(1.0 / cfg.packets_per_sec);
+    let (mut rd, mut wr) = s.split();
+    let t0 = Instant::now();
+    let size = cfg.packet_bytes;
+    let sender = async {
+        let mut ticker = tokio::time::interval(gap);
+        for seq in 0..n {
+            ticker.tick().await;
+            let mut p = vec![0u8; size];
+            p[..8].copy_from_slice(&seq.to_be_bytes());
+            p[8..16].copy_from_slice(&(t0.elapsed().as_nanos() as u64).to_be_bytes());
+            if wr.write_all(&p).await.is_err() {
+                break;
+            }
+        }
+    };
+    let receiver = async {
+        let mut rtts: Vec<(u64, f64)> = Vec::new();
+        let mut p = vec![0u8; size];
+        let deadline =
+            Duration::from_secs_f64(cfg.duration_secs) + timeout.min(Duration::from_secs(10));
+        while (rtts.len() as u64) < n {
+            let left = deadline.saturating_sub(t0.elapsed());
+            match tokio::time::timeout(left, rd.read_exact(&mut p)).await {
+                Ok(Ok(_)) => {
+                    let seq = u64::from_be_bytes(p[..8].try_into().unwrap_or_default());
+                    let sent = u64::from_be_bytes(p[8..16].try_into().unwrap_or_default());
+                    let rtt = t0.elapsed().as_nanos() as f64 / 1e6 - sent as f64 / 1e6;
+                    rtts.push((seq, rtt));
+                }
+                _ => break,
+            }
+        }
+        rtts
+    };
+    let ((), rtts) = tokio::join!(sender, receiver);
+    let mut out = Vec::new();
+    for (seq, rtt) in &rtts {
+        let mut r = record(cfg, ep, run, "packet", Some(size as u64));
+        r.metrics.insert("seq".into(), *seq as f64);
+        r.metrics.insert("rtt_ms".into(), *rtt);
+        out.push(r);
+    }
+    let got = rtts.len() as f64;
+    let share = |lim: f64| rtts.iter().filter(|(_, r)| *r < lim).count() as f64 / n as f64;
+    stream.metrics.insert("packets_sent".into(), n as f64);
+    stream.metrics.insert("packets_lost".into(), n as f64 - got);
+    stream
+        .metrics
+        .insert("share_under_150ms".into(), share(150.0));
+    stream
+        .metrics
+        .insert("share_under_300ms".into(), share(300.0));
+    if got == 0.0 {
+        stream.error = Some("no packet came back".into());
+    }
+    out.push(stream);
+    out
+}
+
+async fn goodput(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, timeout: Duration) -> Record {
+    let mut r = record(cfg, ep, run, "goodput", None);
+    r.metrics.insert("streams".into(), cfg.streams as f64);
+    let warm = Duration::from_secs_f64(cfg.warmup_secs);
+    let span = Duration::from_secs_f64(cfg.duration_secs);
+    let user = isolation("goodput");
+    let t0 = Instant::now();
+    let one = |user: String| async move {
+        let mut s = connect(ep, ep.http, Some(&user), timeout).await?;
+        let req = format!(
+            "GET /stream/{} HTTP/1.1\r\nHost: sink\r\nConnection: close\r\n\r\n",
+            crate::sink::MAX_BYTES
+        );
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut counted = 0u64;
+        loop {
+            let left = (warm + span).saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            match tokio::time::timeout(left, s.read(&mut buf)).await {
+                Err(_) => break,
+                Ok(Ok(0)) => return Err("stream ended early".to_string()),
+                Ok(Ok(k)) => {
+                    if t0.elapsed() >= warm {
+                        counted += k as u64;
+                    }
+                }
+                Ok(Err(e)) => return Err(e.to_string()),
+            }
+        }
+        Ok::<u64, String>(counted)
+    };
+    let futs: Vec<_> = (0..cfg.streams).map(|_| one(user.clone())).collect();
+    let results = futures_join_all(futs).await;
+    let mut total = 0u64;
+    for res in results {
+        match res {
+            Ok(b) => total += b,
+            Err(e) => {
+                r.error = Some(e);
+                return r;
+            }
+        }
+    }
+    r.metrics.insert("bytes".into(), total as f64);
+    r.metrics
+        .insert("mbps".into(), total as f64 * 8.0 / span.as_secs_f64() / 1e6);
+    r
+}
+
+/// Await futures concurrently (no extra dependency).
+async fn futures_join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn configs_parse_and_bad_ones_are_refused() {
+        for w in WORKLOADS {
+            let c = WorkloadConfig::named(w).unwrap();
+            assert_eq!(c.workload, *w);
+        }
+        assert_eq!(WorkloadConfig::named("bulk").unwrap().sizes, d_sizes());
+        let c = WorkloadConfig::parse("workload = \"goodput\"\nstreams = 3\nduration_secs = 5\n")
+            .unwrap();
+        assert_eq!((c.streams, c.duration_secs), (3, 5.0));
+        for bad in [
+            "workload = \"nope\"",
+            "workload = \"bulk\"\nruns = 0",
+            "workload = \"bulk\"\nsizes = []",
+            "workload = \"voip\"\npacket_bytes = 8",
+            "workload = \"goodput\"\nstreams = 0",
+            "workload = \"bulk\"\nunknown = 1",
+            "workload = \"session\"\nscript = []",
+        ] {
+            assert!(WorkloadConfig::parse(bad).is_err(), "{bad}");
+        }
+        assert!(WorkloadConfig::load("/nonexistent/w.toml").is_err());
+        assert!(
+            !WorkloadConfig::named("session")
+                .unwrap()
+                .params()
+                .is_empty()
+        );
+    }
+
+    /// A SOCKS5 server that connects straight to the target (IPv4
+    /// CONNECT; no auth or username/password, any credentials).
+    async fn direct_socks_server() -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut b = [0u8; 2];
+                    c.read_exact(&mut b).await?;
+                    let mut m = vec![0u8; b[1] as usize];
+                    c.read_exact(&mut m).await?;
+                    if m.contains(&2) {
+                        c.write_all(&[5, 2]).await?;
+                        let mut v = [0u8; 2];
+                        c.read_exact(&mut v).await?;
+                        let mut u = vec![0u8; v[1] as usize + 1];
+                        c.read_exact(&mut u).await?;
+                        let mut p = vec![0u8; u[u.len() - 1] as usize];
+                        c.read_exact(&mut p).await?;
+                        c.write_all(&[1, 0]).await?;
+                    } else {
+                        c.write_all(&[5, 0]).await?;
+                    }
+                    let mut h = [0u8; 4];
+                    c.read_exact(&mut h).await?;
+                    let mut a = [0u8; 6];
+                    c.read_exact(&mut a).await?;
+                    let ip = std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]);
+                    let port = u16::from_be_bytes([a[4], a[5]]);
+                    let mut t = TcpStream::connect((ip, port)).await?;
+                    c.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0]).await?;
+                    tokio::io::copy_bidirectional(&mut c, &mut t).await?;
+                    Ok::<(), std::io::Error>(())
+                });
+            }
+        });
+        addr
+    }
+
+    /// Every workload against a local sink, with a SOCKS stub that
+    /// connects directly (no Tor): the records have the right shape.
+    #[tokio::test]
+    async fn workloads_produce_records() {
+        let sink = crate::sink::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        let socks = direct_socks_server().await;
+        let ep = Endpoint {
+            label: "local/direct".into(),
+            socks,
+            http: sink.http,
+            echo: sink.echo,
+            status_json: None,
+        };
+        let quick = |w: &str| {
+            let mut c = WorkloadConfig::named(w).unwrap();
+            c.runs = 1;
+            c.duration_secs = 0.5;
+            c.warmup_secs = 0.1;
+            c.interval_ms = 1;
+            c.sizes = vec![2 << 20];
+            c.timeout_secs = 10.0;
+            c
+        };
+        let r = run_once(&quick("bulk"), &ep, 0, &|| {}).await;
+        assert_eq!(r.len(), 1);
+        assert!(r[0].ok(), "{:?}", r[0].error);
+        for m in ["ttfb_ms", "ttlb_ms", "mbps_05_1"] {
+            assert!(r[0].metrics.contains_key(m), "{m}");
+        }
+        let r = run_once(&quick("voip"), &ep, 0, &|| {}).await;
+        let stream = r.iter().find(|x| x.kind == "stream").unwrap();
+        assert_eq!(stream.metrics["packets_lost"], 0.0);
+        assert_eq!(stream.metrics["share_under_150ms"], 1.0);
+        assert_eq!(r.iter().filter(|x| x.kind == "packet").count(), 5);
+        let r = run_once(&quick("session"), &ep, 0, &|| {}).await;
+        assert_eq!(r.len(), 5);
+        assert!(
+            r.iter()
+                .all(|x| x.ok() && x.metrics.contains_key("latency_ms"))
+        );
+        let r = run_once(&quick("goodput"), &ep, 0, &|| {}).await;
+        assert!(r[0].ok(), "{:?}", r[0].error);
+        assert!(r[0].metrics["mbps"] > 0.0);
+        let r = run_once(&quick("reliability"), &ep, 0, &|| {}).await;
+        assert!(r[0].ok());
+        let r = run_once(&quick("access"), &ep, 0, &|| {}).await;
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|x| x.ok()));
+        // A dead SOCKS port gives errors, not panics.
+        let dead = Endpoint {
+            socks: "127.0.0.1:1".parse().unwrap(),
+            ..ep
+        };
+        let r = run_once(&quick("bulk"), &dead, 0, &|| {}).await;
+        assert!(r[0].error.as_deref().unwrap().starts_with("socks"));
+    }
+}
