@@ -13,7 +13,7 @@ use onionmix_measure::record::{Record, RunMeta};
 use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
 use onionmix_testbed::netinfo::NetworkInfo;
 use onionmix_testbed::spec::{Implementation, Spec};
-use onionmix_testbed::workload::{self, Endpoint, WorkloadConfig};
+use onionmix_testbed::workload::{self, Endpoint, FreshClient, WorkloadConfig};
 
 #[derive(Args, Debug)]
 pub struct MeasureArgs {
@@ -24,7 +24,8 @@ pub struct MeasureArgs {
     /// TOML file (docs/measure.md).
     #[arg(long)]
     workload: String,
-    /// Client node to measure through (default: the first client).
+    /// Client node to measure through (default: the first client; `all`:
+    /// every client, in turn within each run).
     #[arg(long)]
     client: Option<String>,
     /// Repetitions (overrides the workload's `runs`).
@@ -151,6 +152,18 @@ fn endpoint(info: &NetworkInfo, client: Option<&str>) -> anyhow::Result<Endpoint
         echo: sink.echo,
         status_json: (c.implementation == Implementation::Onionmix)
             .then(|| c.data_dir.join("status.json")),
+        fresh: Some(match c.implementation {
+            Implementation::Onionmix => FreshClient::Onionmix {
+                bin: std::env::current_exe()?,
+                config: c.data_dir.join("client.toml"),
+                work_dir: info.dir.join("measure-fresh"),
+            },
+            Implementation::Tor => FreshClient::Tor {
+                bin: "tor".into(),
+                torrc: c.data_dir.join("torrc"),
+                work_dir: info.dir.join("measure-fresh"),
+            },
+        }),
     })
 }
 
@@ -226,18 +239,35 @@ fn finish(out: &Path, records: &[Record], metas: &[RunMeta]) -> anyhow::Result<(
 pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     let cfg = workload_config(&a.workload, a.runs, a.duration)?;
     let info = NetworkInfo::load(&a.dir).map_err(anyhow::Error::msg)?;
-    let ep = endpoint(&info, a.client.as_deref())?;
+    let eps: Vec<Endpoint> = if a.client.as_deref() == Some("all") {
+        info.clients(None)
+            .iter()
+            .map(|c| endpoint(&info, Some(&c.name)))
+            .collect::<anyhow::Result<_>>()?
+    } else {
+        vec![endpoint(&info, a.client.as_deref())?]
+    };
+    if eps.is_empty() {
+        anyhow::bail!("the network has no client");
+    }
     let rt = tokio::runtime::Runtime::new()?;
-    let pb = progress(cfg.runs as u64 * events_per_run(&cfg), &ep.label);
+    let pb = progress(
+        eps.len() as u64 * cfg.runs as u64 * events_per_run(&cfg),
+        &eps[0].label,
+    );
     let mut records = Vec::new();
     rt.block_on(async {
         for run in 0..cfg.runs {
-            let tick = || pb.inc(1);
-            records.extend(workload::run_once(&cfg, &ep, run, &tick).await);
+            for ep in &eps {
+                let tick = || pb.inc(1);
+                records.extend(workload::run_once(&cfg, ep, run, &tick).await);
+            }
         }
     });
     pb.finish_and_clear();
-    records.extend(workload::circuit_builds(&cfg, &ep));
+    for ep in &eps {
+        records.extend(workload::circuit_builds(&cfg, ep));
+    }
     let m = meta(&cfg, vec![info.spec.clone()]);
     finish(&a.out, &records, &[m])
 }

@@ -78,7 +78,7 @@ fn every_workload_on_a_stock_tor_testnet() {
         let mut ok = false;
         let mut last = String::new();
         for _ in 0..2 {
-            let (success, stdout, stderr) = onionmix(&[
+            let mut args = vec![
                 "measure",
                 "--dir",
                 d,
@@ -86,7 +86,11 @@ fn every_workload_on_a_stock_tor_testnet() {
                 file.to_str().unwrap(),
                 "--out",
                 out.to_str().unwrap(),
-            ]);
+            ];
+            if w == "access" {
+                args.extend(["--client", "all"]);
+            }
+            let (success, stdout, stderr) = onionmix(&args);
             let clean = std::fs::read_to_string(out.join("results.jsonl"))
                 .map(|t| !t.contains("\"error\""))
                 .unwrap_or(false);
@@ -98,6 +102,18 @@ fn every_workload_on_a_stock_tor_testnet() {
         }
         assert!(ok, "measure {w} failed:\n{last}");
         check_outputs(&out, w);
+        if w == "access" {
+            // A fresh stock tor client per run (bootstrap included), then
+            // a new and a reused circuit of the running client.
+            let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+            for kind in ["fresh-client", "new-circuit", "reused-circuit"] {
+                assert_eq!(
+                    jsonl.matches(&format!("\"kind\":\"{kind}\"")).count(),
+                    2,
+                    "{kind}"
+                );
+            }
+        }
         eprintln!("{w}: ok");
     }
     // Bad input: a clear error, not a panic.

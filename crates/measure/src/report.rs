@@ -326,6 +326,7 @@ pub fn write_report(
     }
     for (name, w) in &workloads {
         write_workload_tables(&mut md, name, w);
+        write_seed_table(&mut md, name, records);
         let plots = write_workload_plots(name, w, out_dir)?;
         if !plots.is_empty() {
             md.push_str("### Plots\n\n");
@@ -345,6 +346,113 @@ pub fn write_report(
     std::fs::write(&summary_path, md)
         .map_err(|e| format!("writing {}: {e}", summary_path.display()))?;
     Ok(written)
+}
+
+/// Seed 000's per-message latencies over Tor (Table 3, HTTP, "set1/2
+/// cell"; lowest/average/highest in seconds): new session (TDNS), get
+/// commitments (T-GC), get proof (T-GPP), respond permission (TDRP).
+const SEED000_TOR_HTTP: &[(&str, &str, &str)] = &[
+    ("new-session", "NS", ".17 / .57 / 2.59"),
+    ("get-commitments", "GC", ".57 / 2.50 / 11.68"),
+    ("get-proof", "GPP", ".54 / 1.12 / 3.89"),
+    ("respond-permission", "RP", ".30 / .68 / 2.70"),
+];
+
+/// Tables in the shape of a seed's own, with the seed's numbers beside
+/// ours where it published them.
+fn write_seed_table(md: &mut String, workload: &str, records: &[Record]) {
+    let mut labels: Vec<&str> = Vec::new();
+    for r in records.iter().filter(|r| r.workload == workload) {
+        if !labels.contains(&r.label.as_str()) {
+            labels.push(&r.label);
+        }
+    }
+    let values = |label: &str, kind: &str, metric: &str| -> Vec<f64> {
+        records
+            .iter()
+            .filter(|r| r.workload == workload && r.label == label && r.kind == kind && r.ok())
+            .filter_map(|r| r.metrics.get(metric).copied())
+            .collect()
+    };
+    let lah = |xs: &[f64], scale: f64| -> String {
+        match stats::summarize(xs) {
+            Some(s) => format!(
+                "{:.2} / {:.2} / {:.2}",
+                s.min * scale,
+                s.mean * scale,
+                s.max * scale
+            ),
+            None => "-".into(),
+        }
+    };
+    match workload {
+        "session" => {
+            let _ = writeln!(
+                md,
+                "### In the shape of seed 000's Table 3 (per-message latency, lowest / average / highest, seconds)\n"
+            );
+            let mut head = String::from("| message |");
+            let mut rule = String::from("|---|");
+            for l in &labels {
+                let _ = write!(head, " {} |", cell(l));
+                rule.push_str("---|");
+            }
+            head.push_str(" seed 000: HTTP over Tor, phone (2019) |");
+            rule.push_str("---|");
+            let _ = writeln!(md, "{head}\n{rule}");
+            for (kind, short, seed) in SEED000_TOR_HTTP {
+                let mut row = format!("| {short} ({kind}) |");
+                for l in &labels {
+                    let _ = write!(
+                        row,
+                        " {} |",
+                        lah(&values(l, &format!("message:{kind}"), "latency_ms"), 1e-3)
+                    );
+                }
+                let _ = writeln!(row, " {seed} |");
+                md.push_str(&row);
+            }
+            let mut row = String::from("| whole session |");
+            for l in &labels {
+                let _ = write!(row, " {} |", lah(&values(l, "session", "latency_ms"), 1e-3));
+            }
+            row.push_str(" - |\n");
+            md.push_str(&row);
+            md.push_str("\nThe seed's sessions ran over a phone's cellular link and the public Tor network; ours over a testnet's links. Message sizes are estimates (docs/measure.md).\n\n");
+        }
+        "voip" => {
+            let _ = writeln!(
+                md,
+                "### In the shape of seed 001's latency section (RTT against ITU G.114: 150 ms recommended, 300 ms upper bound)\n"
+            );
+            md.push_str("| series | packets | median RTT (ms) | share < 150 ms | share < 300 ms | lost |\n|---|--:|--:|--:|--:|--:|\n");
+            for l in &labels {
+                let rtts = values(l, "packet", "rtt_ms");
+                let sent: f64 = values(l, "stream", "packets_sent").iter().sum();
+                let lost: f64 = values(l, "stream", "packets_lost").iter().sum();
+                let share = |lim: f64| {
+                    if sent > 0.0 {
+                        rtts.iter().filter(|x| **x < lim).count() as f64 / sent
+                    } else {
+                        f64::NAN
+                    }
+                };
+                let med = stats::median(&rtts).unwrap_or(f64::NAN);
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.3} | {:.3} | {} |",
+                    cell(l),
+                    sent,
+                    num(med),
+                    share(150.0),
+                    share(300.0),
+                    lost
+                );
+            }
+            md.push_str("\nSeed 001 published no RTT numbers; the shares are the quantity it argued from.\n\n");
+        }
+        _ => {}
+    }
 }
 
 /// The last component of `path` as text.
@@ -863,5 +971,50 @@ mod tests {
         assert_eq!(code("a`b"), "`` a`b ``");
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+    }
+    #[test]
+    fn seed_shaped_tables() {
+        let mk = |workload: &str, kind: &str, metrics: &[(&str, f64)]| Record {
+            workload: workload.into(),
+            label: A.into(),
+            run: 0,
+            kind: kind.into(),
+            size: None,
+            start_unix_ms: 1.7e12,
+            metrics: metrics.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            error: None,
+        };
+        let mut v = Vec::new();
+        for (kind, ms) in [
+            ("message:new-session", 100.0),
+            ("message:get-commitments", 200.0),
+            ("message:get-proof", 300.0),
+            ("message:respond-permission", 400.0),
+            ("session", 1000.0),
+        ] {
+            v.push(mk("session", kind, &[("latency_ms", ms)]));
+        }
+        for rtt in [100.0, 200.0, 400.0] {
+            v.push(mk("voip", "packet", &[("rtt_ms", rtt)]));
+        }
+        v.push(mk(
+            "voip",
+            "stream",
+            &[("packets_sent", 4.0), ("packets_lost", 1.0)],
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        write_report(&v, &[], dir.path()).unwrap();
+        let md = std::fs::read_to_string(dir.path().join(SUMMARY_FILE)).unwrap();
+        assert!(md.contains("seed 000's Table 3"), "{md}");
+        assert!(
+            md.contains("| GC (get-commitments) | 0.20 / 0.20 / 0.20 | .57 / 2.50 / 11.68 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| whole session | 1.00 / 1.00 / 1.00 | - |"),
+            "{md}"
+        );
+        // 4 sent: 1 under 150 ms, 2 under 300 ms, 1 lost.
+        assert!(md.contains("| 4 | 200.0 | 0.250 | 0.500 | 1 |"), "{md}");
     }
 }
