@@ -99,18 +99,8 @@ impl RelayCtx {
     /// certificates for new channels, the new ntor keys for CREATE2.
     /// Channels already open keep working.
     pub fn replace_keys(&self, keys: RelayKeys) -> Result<(), String> {
-        let now = now_unix();
-        let tls = TlsIdentity::generate(
-            &mut rand::rngs::OsRng,
-            &keys.rsa_identity,
-            now,
-            TLS_CERT_LIFETIME,
-        )
-        .map_err(|e| format!("TLS identity: {e}"))?;
-        let transport = TlsTransport::server(tls.cert_der.clone(), tls.key_pkcs8_der.to_vec())
-            .map_err(|e| format!("TLS config: {e}"))?;
         let ntor = keys.ntor_keys();
-        let link = RelayLinkIdentity::new(keys, &tls, now)?;
+        let (link, transport) = link_identity(keys)?;
         *self.link.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(link), transport);
         self.set_ntor_keys(ntor);
         Ok(())
@@ -144,12 +134,9 @@ fn now_unix() -> u64 {
         .unwrap_or(0)
 }
 
-/// Build a relay context from config and keys.
-pub fn make_ctx(
-    cfg: RelayConfig,
-    keys: RelayKeys,
-    dir: Option<Arc<dyn DirServer>>,
-) -> Result<Arc<RelayCtx>, String> {
+/// A fresh TLS identity (certificate signed by the RSA identity) and the
+/// link certificates for `keys`.
+fn link_identity(keys: RelayKeys) -> Result<(RelayLinkIdentity, TlsTransport), String> {
     let now = now_unix();
     let tls = TlsIdentity::generate(
         &mut rand::rngs::OsRng,
@@ -160,10 +147,20 @@ pub fn make_ctx(
     .map_err(|e| format!("TLS identity: {e}"))?;
     let transport = TlsTransport::server(tls.cert_der.clone(), tls.key_pkcs8_der.to_vec())
         .map_err(|e| format!("TLS config: {e}"))?;
+    let link = RelayLinkIdentity::new(keys, &tls, now)?;
+    Ok((link, transport))
+}
+
+/// Build a relay context from config and keys.
+pub fn make_ctx(
+    cfg: RelayConfig,
+    keys: RelayKeys,
+    dir: Option<Arc<dyn DirServer>>,
+) -> Result<Arc<RelayCtx>, String> {
     let rsa_id = keys.rsa_id();
     let ed_id = keys.ed_id();
     let ntor = keys.ntor_keys();
-    let link = RelayLinkIdentity::new(keys, &tls, now)?;
+    let (link, transport) = link_identity(keys)?;
     let exit_policy = cfg.exit_policy()?;
     let max_chans = cfg.max_channels;
     Ok(Arc::new(RelayCtx {
