@@ -25,9 +25,13 @@ pub struct MeasureArgs {
     #[arg(long)]
     workload: String,
     /// Client node to measure through (default: the first client; `all`:
-    /// every client, in turn within each run).
+    /// every client, in turn within each run, or all at once with
+    /// --concurrent; `reliability` always runs them at once).
     #[arg(long)]
     client: Option<String>,
+    /// With several clients: run them at the same time within each run.
+    #[arg(long)]
+    concurrent: bool,
     /// Repetitions (overrides the workload's `runs`).
     #[arg(long)]
     runs: Option<u32>,
@@ -41,7 +45,8 @@ pub struct MeasureArgs {
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// Network specs to compare (give --spec twice).
+    /// Network specs to compare (give --spec two or more times; ratios
+    /// are the first against each other one).
     #[arg(long = "spec", num_args = 1, required = true)]
     specs: Vec<String>,
     /// Workload name or TOML file.
@@ -150,8 +155,20 @@ fn endpoint(info: &NetworkInfo, client: Option<&str>) -> anyhow::Result<Endpoint
             .ok_or_else(|| anyhow::anyhow!("{} has no SOCKS port", c.name))?,
         http: sink.http,
         echo: sink.echo,
+        https: sink.https,
+        tls_ca: sink.tls_ca.clone(),
+        direct: false,
         status_json: (c.implementation == Implementation::Onionmix)
             .then(|| c.data_dir.join("status.json")),
+        control: match (c.implementation, c.control_port) {
+            (Implementation::Tor, Some(p)) => c.address.parse().ok().map(|ip| {
+                (
+                    std::net::SocketAddr::new(ip, p),
+                    c.data_dir.join("control_auth_cookie"),
+                )
+            }),
+            _ => None,
+        },
         fresh: Some(match c.implementation {
             Implementation::Onionmix => FreshClient::Onionmix {
                 bin: std::env::current_exe()?,
@@ -250,31 +267,95 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     if eps.is_empty() {
         anyhow::bail!("the network has no client");
     }
-    let rt = tokio::runtime::Runtime::new()?;
-    let pb = progress(
-        eps.len() as u64 * cfg.runs as u64 * events_per_run(&cfg),
-        &eps[0].label,
-    );
-    let mut records = Vec::new();
-    rt.block_on(async {
-        for run in 0..cfg.runs {
-            for ep in &eps {
-                let tick = || pb.inc(1);
-                records.extend(workload::run_once(&cfg, ep, run, &tick).await);
-            }
-        }
-    });
-    pb.finish_and_clear();
-    for ep in &eps {
-        records.extend(workload::circuit_builds(&cfg, ep));
-    }
+    check_endpoints(&cfg, &eps)?;
+    let concurrent = a.concurrent || cfg.workload == "reliability";
+    let records = run_all(&cfg, &eps, concurrent, &eps[0].label)?;
     let m = meta(&cfg, vec![info.spec.clone()]);
     finish(&a.out, &records, &[m])
 }
 
+/// Refuse a workload the endpoints cannot serve, before anything runs.
+fn check_endpoints(cfg: &WorkloadConfig, eps: &[Endpoint]) -> anyhow::Result<()> {
+    if cfg.workload == "session"
+        && cfg.https
+        && let Some(ep) = eps.iter().find(|e| e.https.is_none() || e.tls_ca.is_none())
+    {
+        anyhow::bail!(
+            "https = true, but the sink of {} serves no HTTPS (start the network with this onionmix)",
+            ep.label
+        );
+    }
+    Ok(())
+}
+
+/// Runs `cfg` on every endpoint, run by run (A, B, A, B, ... so machine
+/// noise hits all alike; `concurrent`: all endpoints of a run at once),
+/// adding the no-anonymisation baseline for `goodput` and the clients'
+/// circuit build times. Returns every record.
+fn run_all(
+    cfg: &WorkloadConfig,
+    eps: &[Endpoint],
+    concurrent: bool,
+    title: &str,
+) -> anyhow::Result<Vec<Record>> {
+    let baseline = (cfg.workload == "goodput" && cfg.baseline)
+        .then(|| eps.first().map(Endpoint::baseline))
+        .flatten();
+    let n_eps = eps.len() as u64 + u64::from(baseline.is_some());
+    let rt = tokio::runtime::Runtime::new()?;
+    let pb = progress(n_eps * cfg.runs as u64 * events_per_run(cfg), title);
+    let mut records = Vec::new();
+    rt.block_on(async {
+        // Stock tor clients: circuit build times from CIRC events.
+        let mut watches = Vec::new();
+        for ep in eps {
+            if let Some((addr, cookie)) = &ep.control {
+                match onionmix_testbed::torctl::watch_circuits(
+                    *addr,
+                    cookie,
+                    std::time::Duration::from_secs(10),
+                )
+                .await
+                {
+                    Ok(w) => watches.push((ep, w)),
+                    Err(e) => eprintln!("{}: no circuit build times: {e}", ep.label),
+                }
+            }
+        }
+        let tick = || pb.inc(1);
+        for run in 0..cfg.runs {
+            if concurrent {
+                let all = eps.iter().map(|ep| workload::run_once(cfg, ep, run, &tick));
+                for r in futures::future::join_all(all).await {
+                    records.extend(r);
+                }
+            } else {
+                for ep in eps {
+                    records.extend(workload::run_once(cfg, ep, run, &tick).await);
+                }
+            }
+            if let Some(b) = &baseline {
+                records.extend(workload::run_once(cfg, b, run, &tick).await);
+            }
+        }
+        for (ep, w) in watches {
+            for t in w.finish().await {
+                let mut r = workload::circuit_record(cfg, ep, t);
+                r.run = 0;
+                records.push(r);
+            }
+        }
+    });
+    pb.finish_and_clear();
+    for ep in eps {
+        records.extend(workload::circuit_builds(cfg, ep));
+    }
+    Ok(records)
+}
+
 pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
-    if a.specs.len() != 2 {
-        anyhow::bail!("give exactly two --spec values");
+    if a.specs.len() < 2 {
+        anyhow::bail!("give --spec at least twice (the networks to compare)");
     }
     let cfg = workload_config(&a.workload, Some(a.runs), a.duration)?;
     let mut guards = Vec::new();
@@ -287,28 +368,14 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         let net = launcher::start(&spec, &dir, &opts)?;
         let guard = NetworkGuard(Some(net));
         let mut ep = endpoint(guard.info(), None)?;
-        if a.specs[0] == a.specs[1] {
+        if a.specs.iter().filter(|x| **x == *s).count() > 1 {
             ep.label = format!("{}#{i}", ep.label);
         }
         eps.push(ep);
         guards.push(guard);
     }
-    let rt = tokio::runtime::Runtime::new()?;
-    let pb = progress(2 * cfg.runs as u64 * events_per_run(&cfg), "A, B, A, B...");
-    let mut records = Vec::new();
-    rt.block_on(async {
-        // Alternate A, B, A, B... so machine noise hits both alike.
-        for run in 0..cfg.runs {
-            for ep in &eps {
-                let tick = || pb.inc(1);
-                records.extend(workload::run_once(&cfg, ep, run, &tick).await);
-            }
-        }
-    });
-    pb.finish_and_clear();
-    for ep in &eps {
-        records.extend(workload::circuit_builds(&cfg, ep));
-    }
+    check_endpoints(&cfg, &eps)?;
+    let records = run_all(&cfg, &eps, false, "A, B, A, B...")?;
     drop(guards);
     let m = meta(&cfg, a.specs.clone());
     finish(&a.out, &records, &[m])

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use onionmix_testbed::launcher::{self, LaunchOptions, Network};
@@ -56,6 +57,13 @@ pub struct SinkArgs {
     /// DNS (UDP) listen address; answers *.onionmix.test.
     #[arg(long, default_value = "127.0.0.1:0")]
     dns: std::net::SocketAddr,
+    /// HTTPS (TLS 1.3) listen address; needs --tls-ca.
+    #[arg(long, requires = "tls_ca")]
+    https: Option<std::net::SocketAddr>,
+    /// Where to write the PEM of the private CA that issued the HTTPS
+    /// certificate (for clients to trust).
+    #[arg(long, requires = "https")]
+    tls_ca: Option<PathBuf>,
 }
 
 pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
@@ -189,6 +197,12 @@ pub fn run_sink(a: SinkArgs) -> anyhow::Result<()> {
             addrs.dns,
             onionmix_testbed::sink::TEST_DOMAIN
         );
+        if let (Some(h), Some(ca)) = (a.https, &a.tls_ca) {
+            let bound = onionmix_testbed::sink::start_https(h, ca)
+                .await
+                .with_context(|| format!("sink HTTPS on {h} (CA to {})", ca.display()))?;
+            eprintln!("sink: https {bound} (CA certificate in {})", ca.display());
+        }
         onionmix_node::client::wait_for_shutdown().await;
         Ok::<_, anyhow::Error>(())
     })?;

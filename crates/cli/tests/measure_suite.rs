@@ -1,8 +1,9 @@
 //! The measurement suite end to end: every workload runs briefly through
-//! a small stock tor testnet with `onionmix measure` and writes
-//! results.jsonl, summary.md and plots; `onionmix compare` runs a workload
-//! on two networks (all onionmix vs all stock) and reports ratios;
-//! `onionmix report` rebuilds the report from saved results.
+//! a small stock tor testnet (with our client beside stock tor's) with
+//! `onionmix measure` and writes results.jsonl, summary.md and plots;
+//! `onionmix compare` runs a workload on two networks (all onionmix vs all
+//! stock) and reports ratios; `onionmix report` rebuilds the report from
+//! saved results.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
@@ -64,17 +65,17 @@ fn every_workload_on_a_stock_tor_testnet() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("net");
-    let _net = common_net::start("tor-basic", &dir);
+    let _net = common_net::start("tor-basic-onionmix-client", &dir);
     let d = dir.to_str().unwrap();
     let quick = [
         ("bulk", "runs = 2\nsizes = [51200, 1048576]\n"),
         ("voip", "runs = 1\nduration_secs = 3\n"),
-        ("session", "runs = 2\n"),
+        ("session", "runs = 2\nhttps = true\n"),
         (
             "goodput",
-            "runs = 1\nduration_secs = 2\nwarmup_secs = 0.5\nstreams = 3\n",
+            "runs = 2\nduration_secs = 2\nwarmup_secs = 0.5\nstreams = [1, 3]\n",
         ),
-        ("reliability", "runs = 4\ninterval_ms = 100\n"),
+        ("reliability", "runs = 3\ninterval_ms = 100\nparallel = 3\n"),
         ("access", "runs = 2\n"),
     ];
     for (w, extra) in quick {
@@ -95,7 +96,7 @@ fn every_workload_on_a_stock_tor_testnet() {
                 "--out",
                 out.to_str().unwrap(),
             ];
-            if w == "access" {
+            if w == "access" || w == "reliability" {
                 args.extend(["--client", "all"]);
             }
             let (success, stdout, stderr) = onionmix(&args);
@@ -113,17 +114,93 @@ fn every_workload_on_a_stock_tor_testnet() {
         }
         assert!(ok, "measure {w} failed:\n{last}");
         check_outputs(&out, w);
-        if w == "access" {
-            // A fresh stock tor client per run (bootstrap included), then
-            // a new and a reused circuit of the running client.
-            let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
-            for kind in ["fresh-client", "new-circuit", "reused-circuit"] {
-                assert_eq!(
-                    jsonl.matches(&format!("\"kind\":\"{kind}\"")).count(),
-                    2,
-                    "{kind}"
-                );
+        let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+        let records: Vec<serde_json::Value> = jsonl
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+        let ok_with = |kind: &str, metric: &str| {
+            records
+                .iter()
+                .filter(|r| {
+                    r["kind"] == kind && r["error"].is_null() && r["metrics"][metric].is_number()
+                })
+                .count()
+        };
+        // Circuit build times of the stock tor client, from its control
+        // port's CIRC events (every workload builds circuits).
+        assert!(
+            records.iter().any(|r| r["kind"] == "circuit"
+                && r["label"] == "tor-basic-onionmix-client/client0"
+                && r["metrics"]["circuit_build_ms"].as_f64().unwrap() > 0.0),
+            "{w}: no stock tor circuit build times"
+        );
+        match w {
+            "access" => {
+                // Per client (stock tor and onionmix): a fresh client per
+                // run (bootstrap included), then a new and a reused
+                // circuit of the running client.
+                for kind in ["fresh-client", "new-circuit", "reused-circuit"] {
+                    assert_eq!(
+                        jsonl.matches(&format!("\"kind\":\"{kind}\"")).count(),
+                        4,
+                        "{kind}"
+                    );
+                }
             }
+            "session" => {
+                // HTTPS: TLS 1.3 to the sink through the network, one
+                // handshake per session (keep-alive).
+                assert!(
+                    ok_with("message:new-session", "tls_handshake_ms") >= 1,
+                    "{jsonl}"
+                );
+                assert_eq!(ok_with("message:get-proof", "tls_handshake_ms"), 0);
+                assert!(summary.contains("seed 000's Table 3"), "{summary}");
+            }
+            "goodput" => {
+                // 1 and 3 streams, with the no-anonymisation baseline, in
+                // seed 002's table shape.
+                for kind in ["streams:1", "streams:3"] {
+                    assert!(ok_with(kind, "mbps") >= 2, "{kind}: {jsonl}");
+                    assert!(
+                        records
+                            .iter()
+                            .any(|r| r["kind"] == kind && r["label"] == "none/direct"),
+                        "{kind}: no baseline"
+                    );
+                }
+                // Loopback without Tor finishes a 1 GiB response within
+                // the window: the next one follows, no error.
+                assert!(
+                    records
+                        .iter()
+                        .filter(|r| r["label"] == "none/direct")
+                        .all(|r| r["error"].is_null()),
+                    "{jsonl}"
+                );
+                assert!(summary.contains("seed 002's goodput table"), "{summary}");
+                assert!(summary.contains("none (direct to the sink)"), "{summary}");
+            }
+            "reliability" => {
+                // Both clients at once, 3 fetchers each, every run.
+                for client in ["client0", "omclient0"] {
+                    let n = records
+                        .iter()
+                        .filter(|r| {
+                            r["kind"] == "transfer"
+                                && r["label"]
+                                    .as_str()
+                                    .unwrap()
+                                    .ends_with(&format!("/{client}"))
+                        })
+                        .count();
+                    assert_eq!(n, 9, "{client}");
+                }
+            }
+            _ => {}
         }
         eprintln!("{w}: ok");
     }

@@ -7,6 +7,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Series label of measurements made without anonymisation, straight to
+/// the sink (`goodput`'s baseline, seed 002's "None" row). Ratio tables
+/// leave it out; seed 002's table gives every series as a share of it.
+pub const BASELINE_LABEL: &str = "none/direct";
+
 /// One measured event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {

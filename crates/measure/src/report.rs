@@ -37,7 +37,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::plot;
-use crate::record::{Record, RunMeta};
+use crate::record::{BASELINE_LABEL, Record, RunMeta};
 use crate::stats;
 
 /// Name of the records file in a results directory.
@@ -303,10 +303,11 @@ fn group(records: &[Record]) -> BTreeMap<&str, Workload<'_>> {
 /// per workload a table with one row per (label, kind, size, metric):
 /// successful values, errors, timeouts, min, median, mean, p90, p99, max,
 /// standard deviation, the mean's and the median's 95% confidence
-/// intervals. When a workload has exactly two labels, a ratio table
-/// follows: per (kind, size, metric) measured under both, the ratio of
-/// medians first label / second label (in order of first appearance) with
-/// its bootstrap 95% confidence interval.
+/// intervals. When a workload has two or more labels (besides the
+/// no-anonymisation baseline), ratio tables follow, the first label
+/// against each other one (in order of first appearance): per (kind,
+/// size, metric) measured under both, the ratio of medians with its
+/// bootstrap 95% confidence interval.
 pub fn write_report(
     records: &[Record],
     metas: &[RunMeta],
@@ -451,8 +452,112 @@ fn write_seed_table(md: &mut String, workload: &str, records: &[Record]) {
             }
             md.push_str("\nSeed 001 published no RTT numbers; the shares are the quantity it argued from.\n\n");
         }
+        "goodput" => write_seed002_table(md, &labels, records),
         _ => {}
     }
+}
+
+/// Seed 002's goodput (Mbit/s, mean ± 95% CI, share of no anonymisation),
+/// Moto X Style; 3 streams: device not named in the paper.
+const SEED002_GOODPUT: &[(&str, &str, &str)] = &[
+    ("None", "308.2 ± 2.5", "335.2 ± 16.3"),
+    ("OpenVPN", "61.9 ± 0.9 (20%)", "small gain"),
+    ("Orbot, 2 relays", "57.5 ± 1.5 (19%)", "unchanged"),
+    ("Orbot, 3 relays", "51.0 ± 0.7 (17%)", "unchanged"),
+    ("ANONguard, 2 relays", "84.5 ± 5.2 (27%)", "–"),
+    (
+        "ANONguard, 3 relays",
+        "93.5 ± 1.4 (30%)",
+        "98.9 ± 2.4 (30%)",
+    ),
+];
+
+/// `goodput` in the shape of seed 002's table: per series and stream
+/// count, mean Mbit/s ± the half-width of its 95% Student's t interval,
+/// and the share of the no-anonymisation baseline's mean.
+fn write_seed002_table(md: &mut String, labels: &[&str], records: &[Record]) {
+    let mut counts: BTreeSet<u64> = BTreeSet::new();
+    let mut values: BTreeMap<(&str, u64), Vec<f64>> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.workload == "goodput" && r.ok()) {
+        let (Some(&streams), Some(&mbps)) = (r.metrics.get("streams"), r.metrics.get("mbps"))
+        else {
+            continue;
+        };
+        if !(streams >= 1.0 && mbps.is_finite()) {
+            continue;
+        }
+        let n = streams as u64;
+        counts.insert(n);
+        values.entry((r.label.as_str(), n)).or_default().push(mbps);
+    }
+    if counts.is_empty() {
+        return;
+    }
+    let stream_name = |n: u64| {
+        if n == 1 {
+            "1 stream".to_string()
+        } else {
+            format!("{n} streams")
+        }
+    };
+    let _ = writeln!(
+        md,
+        "### In the shape of seed 002's goodput table (Mbit/s, mean ± 95% CI half-width, Student's t; share of no anonymisation)\n"
+    );
+    let mut head = String::from("| config |");
+    let mut rule = String::from("|---|");
+    for &n in &counts {
+        let _ = write!(head, " {} | % of none |", stream_name(n));
+        rule.push_str("--:|--:|");
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
+    let mean_of = |label: &str, n: u64| {
+        values
+            .get(&(label, n))
+            .and_then(|v| stats::summarize(v))
+            .map(|s| (s.mean, s.mean_ci95))
+    };
+    let mut ordered: Vec<&str> = labels
+        .iter()
+        .copied()
+        .filter(|l| *l == BASELINE_LABEL)
+        .collect();
+    ordered.extend(labels.iter().copied().filter(|l| *l != BASELINE_LABEL));
+    for l in ordered {
+        let name = if l == BASELINE_LABEL {
+            "none (direct to the sink)".to_string()
+        } else {
+            l.to_string()
+        };
+        let mut row = format!("| {} |", cell(&name));
+        for &n in &counts {
+            match mean_of(l, n) {
+                Some((mean, (lo, hi))) => {
+                    let half = (hi - lo) / 2.0;
+                    let half = if half.is_finite() {
+                        format!(" ± {half:.1}")
+                    } else {
+                        String::new()
+                    };
+                    let share = match mean_of(BASELINE_LABEL, n) {
+                        Some((base, _)) if base > 0.0 && l != BASELINE_LABEL => {
+                            format!("{:.0}%", 100.0 * mean / base)
+                        }
+                        _ => "–".into(),
+                    };
+                    let _ = write!(row, " {mean:.1}{half} | {share} |");
+                }
+                None => row.push_str(" – | – |"),
+            }
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    md.push_str("\nSeed 002 (Android phones, 2016; one TCP connection, 10 min after 1 min of warm-up, 10 runs; 3 streams measured on an unnamed device):\n\n");
+    md.push_str("| config | 1 stream | 3 streams |\n|---|--:|--:|\n");
+    for (c, one, three) in SEED002_GOODPUT {
+        let _ = writeln!(md, "| {c} | {one} | {three} |");
+    }
+    md.push('\n');
 }
 
 /// The last component of `path` as text.
@@ -567,20 +672,27 @@ fn write_workload_tables(md: &mut String, name: &str, w: &Workload<'_>) {
     }
     md.push('\n');
 
-    if w.labels.len() == 2 {
-        write_ratio_table(md, w);
+    // Ratios pair by pair: the first series against each other one
+    // (the no-anonymisation baseline is left out).
+    let compared: Vec<usize> = (0..w.labels.len())
+        .filter(|&i| w.labels[i] != BASELINE_LABEL)
+        .collect();
+    if let Some((&first, rest)) = compared.split_first() {
+        for &other in rest {
+            write_ratio_table(md, w, first, other);
+        }
     }
 }
 
-/// Ratio of medians, first label over second, per (kind, size, metric).
-fn write_ratio_table(md: &mut String, w: &Workload<'_>) {
-    let (a, b) = (w.labels[0], w.labels[1]);
+/// Ratio of medians, label `ia` over label `ib`, per (kind, size, metric).
+fn write_ratio_table(md: &mut String, w: &Workload<'_>, ia: usize, ib: usize) {
+    let (a, b) = (w.labels[ia], w.labels[ib]);
     let mut rows = String::new();
     for ((l, k, size), s) in &w.series {
-        if *l != 0 {
+        if *l != ia {
             continue;
         }
-        let Some(other) = w.series.get(&(1, *k, *size)) else {
+        let Some(other) = w.series.get(&(ib, *k, *size)) else {
             continue;
         };
         for (metric, va) in &s.metrics {
@@ -836,21 +948,96 @@ mod tests {
     }
 
     #[test]
-    fn no_ratio_table_with_one_or_three_labels() {
+    fn ratio_tables_pair_by_pair_without_the_baseline() {
         let dir = tempfile::tempdir().unwrap();
         let mut recs: Vec<Record> = records().into_iter().filter(|r| r.label == A).collect();
         write_report(&recs, &[], dir.path()).unwrap();
         let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
         assert!(!md.contains("Ratio"));
         assert!(md.contains("No run description"));
-        recs.extend(records());
-        let mut c = rec("third/c", 1024, 0, 5.0, None);
-        c.kind = "transfer".into();
-        recs.push(c);
+        // A and the baseline: still no ratio table.
+        for run in 0..5 {
+            recs.push(rec(BASELINE_LABEL, 50 * 1024, run, 10.0, None));
+        }
         write_report(&recs, &[], dir.path()).unwrap();
         let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-        assert!(!md.contains("Ratio"));
+        assert!(!md.contains("Ratio"), "{md}");
+        // Three networks: A/B and A/C, never anything over the baseline.
+        recs.extend(records().into_iter().filter(|r| r.label == B));
+        for run in 0..=20u32 {
+            recs.push(rec(
+                "third/c",
+                50 * 1024,
+                run,
+                4.0 * (100.0 + f64::from(run)),
+                None,
+            ));
+        }
+        recs.push(rec("third/c", 1024, 0, 5.0, None));
+        write_report(&recs, &[], dir.path()).unwrap();
+        let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        assert!(
+            md.contains(&format!("### Ratio of medians: `{A}` / `{B}`")),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("### Ratio of medians: `{A}` / `third/c`")),
+            "{md}"
+        );
+        assert!(!md.contains("/ `none/direct`"), "{md}");
+        assert_eq!(md.matches("### Ratio of medians").count(), 2);
+        // A/C at 50 KiB: medians 110 and 440.
+        assert!(
+            md.contains("| transfer | 50 KiB | ttlb_ms | 110.0 | 440.0 | 0.250 |"),
+            "{md}"
+        );
         assert!(md.contains("| third/c | transfer | 1 KiB | ttlb_ms | 1 |"));
+    }
+
+    #[test]
+    fn goodput_in_seed_002_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = |label: &str, streams: u32, run: u32, mbps: f64| Record {
+            workload: "goodput".into(),
+            label: label.into(),
+            run,
+            kind: format!("streams:{streams}"),
+            size: None,
+            start_unix_ms: 1.7e12,
+            metrics: [
+                ("mbps".to_string(), mbps),
+                ("streams".to_string(), f64::from(streams)),
+            ]
+            .into(),
+            error: None,
+        };
+        let mut recs = Vec::new();
+        for run in 0..4 {
+            let d = f64::from(run) - 1.5; // -1.5, -0.5, 0.5, 1.5: mean 0
+            recs.push(g(A, 1, run, 100.0 + d));
+            recs.push(g(BASELINE_LABEL, 1, run, 400.0 + d));
+            recs.push(g(A, 3, run, 150.0 + d));
+            recs.push(g(BASELINE_LABEL, 3, run, 500.0 + d));
+        }
+        write_report(&recs, &[], dir.path()).unwrap();
+        let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        assert!(
+            md.contains("In the shape of seed 002's goodput table"),
+            "{md}"
+        );
+        assert!(md.contains("| config | 1 stream | % of none | 3 streams | % of none |"));
+        // sd of (-1.5, -0.5, 0.5, 1.5) = 1.291; t(3) = 3.182; half-width
+        // 3.182 * 1.291 / 2 = 2.05.
+        assert!(
+            md.contains("| none (direct to the sink) | 400.0 ± 2.1 | – | 500.0 ± 2.1 | – |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("| {A} | 100.0 ± 2.1 | 25% | 150.0 ± 2.1 | 30% |")),
+            "{md}"
+        );
+        assert!(md.contains("| ANONguard, 3 relays | 93.5 ± 1.4 (30%) | 98.9 ± 2.4 (30%) |"));
+        assert!(!md.contains("Ratio"), "{md}");
     }
 
     #[test]

@@ -340,6 +340,13 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         } else {
             None
         };
+        // Stock tor clients get a control port (cookie authentication):
+        // the measurement suite reads circuit build times from CIRC events.
+        let control_port = if g.role == Role::Client && g.implementation == Implementation::Tor {
+            Some(port(9051)?)
+        } else {
+            None
+        };
         planned.push(Planned {
             info: NodeInfo {
                 name: name.clone(),
@@ -349,7 +356,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 or_port,
                 dir_port,
                 socks_port,
-                control_port: None,
+                control_port,
                 fingerprint: None,
                 v3ident: None,
                 pid: 0,
@@ -374,6 +381,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
     } else {
         None
     };
+    let sink_https = if spec.sink { Some(port(8443)?) } else { None };
 
     // Identities.
     p.step(
@@ -515,6 +523,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     or_port: i.or_port,
                     dir_port: i.dir_port,
                     socks_port: i.socks_port,
+                    control_port: i.control_port,
                     resolv_conf: resolv.as_deref(),
                     dirauths: &dirauth_lines,
                     extra: &n.extra,
@@ -582,6 +591,13 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             "--dns",
             &format!("{sink_addr}:{dns}"),
         ]);
+        let tls_ca = dir.join("sink-ca.pem");
+        if let Some(https) = sink_https {
+            cmd.arg("--https")
+                .arg(format!("{sink_addr}:{https}"))
+                .arg("--tls-ca")
+                .arg(&tls_ca);
+        }
         let child = proc::spawn(cmd, &log)
             .map_err(|e| LaunchError::new(format!("cannot start the sink: {e}")))?;
         let pid = child.id();
@@ -594,6 +610,8 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             http: parse(http),
             echo: parse(echo),
             dns: parse(dns),
+            https: sink_https.map(parse),
+            tls_ca: sink_https.map(|_| tls_ca),
             hostname: crate::sink::SINK_HOSTNAME.into(),
             pid,
             start_time: st,

@@ -13,5 +13,6 @@ pub mod proc;
 pub mod sink;
 pub mod socks;
 pub mod spec;
+pub mod torctl;
 pub mod torrc;
 pub mod workload;

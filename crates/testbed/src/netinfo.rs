@@ -67,6 +67,12 @@ pub struct SinkInfo {
     pub echo: SocketAddr,
     /// DNS (UDP) address.
     pub dns: SocketAddr,
+    /// HTTPS (TLS 1.3) address, when the sink serves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub https: Option<SocketAddr>,
+    /// PEM of the CA that issued the sink's HTTPS certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
     /// Hostname that resolves to the sink at exits.
     pub hostname: String,
     /// Process ID.

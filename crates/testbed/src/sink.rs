@@ -2,7 +2,10 @@
 //! serving `GET /bytes/<n>` (n deterministic pseudo-random bytes, their
 //! SHA-256 in the `X-Onionmix-Sha256` header), a TCP echo port, and a small
 //! DNS responder that answers A queries for names under
-//! [`TEST_DOMAIN`] so exits can resolve the sink by name.
+//! [`TEST_DOMAIN`] so exits can resolve the sink by name. With
+//! [`start_https`] it also serves the same HTTP over TLS 1.3, with a
+//! certificate for [`SINK_HOSTNAME`] issued by a private CA made at start
+//! (its PEM is written where the caller says, for clients to trust).
 //!
 //! The byte stream for `/bytes/<n>` is the ChaCha8 keystream of
 //! `rand_chacha::ChaCha8Rng::seed_from_u64(n)`, so any client can recompute
@@ -16,7 +19,7 @@ use std::time::Duration;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tracing::debug;
 
@@ -93,6 +96,7 @@ pub async fn start(
                 continue;
             };
             let cache = cache.clone();
+            let _ = s.set_nodelay(true);
             tokio::spawn(async move {
                 if let Err(e) = serve_http(s, cache).await {
                     debug!("sink http: {e}");
@@ -114,6 +118,97 @@ pub async fn start(
     };
     tokio::spawn(serve_dns(du, answer_ip));
     Ok(addrs)
+}
+
+/// A private CA and a certificate for [`SINK_HOSTNAME`] (and
+/// `localhost`) signed by it: (CA certificate PEM, TLS 1.3 server config).
+pub fn make_tls() -> Result<(String, rustls::ServerConfig), String> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let e = |e: rcgen::Error| format!("sink certificate: {e}");
+    let ca_key = KeyPair::generate().map_err(e)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "onionmix sink test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(e)?;
+    let key = KeyPair::generate().map_err(e)?;
+    let mut params =
+        CertificateParams::new(vec![SINK_HOSTNAME.to_string(), "localhost".to_string()])
+            .map_err(e)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, SINK_HOSTNAME);
+    let cert = params.signed_by(&key, &ca).map_err(e)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("sink TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone(), ca.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .map_err(|e| format!("sink TLS: {e}"))?;
+    Ok((ca.pem(), config))
+}
+
+/// A TLS 1.3 client config that trusts only the CA in `ca_pem` (the
+/// sink's), for connections to [`SINK_HOSTNAME`].
+pub fn client_tls(ca_pem: &[u8]) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    let mut n = 0;
+    for c in CertificateDer::pem_slice_iter(ca_pem) {
+        let c = c.map_err(|e| format!("sink CA: {e}"))?;
+        roots.add(c).map_err(|e| format!("sink CA: {e}"))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err("sink CA: no certificate in the PEM".into());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Serve the sink's HTTP over TLS 1.3 on `addr`; writes the CA
+/// certificate (PEM) to `ca_out` before listening. Returns the bound
+/// address.
+pub async fn start_https(
+    addr: SocketAddr,
+    ca_out: &std::path::Path,
+) -> std::io::Result<SocketAddr> {
+    let (ca_pem, config) = make_tls().map_err(std::io::Error::other)?;
+    std::fs::write(ca_out, ca_pem)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let l = TcpListener::bind(addr).await?;
+    let bound = l.local_addr()?;
+    let cache: Arc<Mutex<HashMap<u64, [u8; 32]>>> = Arc::new(Mutex::new(HashMap::new()));
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let _ = s.set_nodelay(true);
+            let (acceptor, cache) = (acceptor.clone(), cache.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(Duration::from_secs(30), acceptor.accept(s)).await {
+                    Ok(Ok(tls)) => {
+                        if let Err(e) = serve_http(tls, cache).await {
+                            debug!("sink https: {e}");
+                        }
+                    }
+                    Ok(Err(e)) => debug!("sink TLS handshake: {e}"),
+                    Err(_) => debug!("sink TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    Ok(bound)
 }
 
 async fn serve_echo(mut s: TcpStream) {
@@ -144,11 +239,10 @@ fn cached_digest(cache: &Mutex<HashMap<u64, [u8; 32]>>, n: u64) -> [u8; 32] {
     d
 }
 
-async fn serve_http(
-    mut s: TcpStream,
+async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
     cache: Arc<Mutex<HashMap<u64, [u8; 32]>>>,
 ) -> std::io::Result<()> {
-    let _ = s.set_nodelay(true);
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     loop {
         // Read one request head.
@@ -158,6 +252,7 @@ async fn serve_http(
             }
             if buf.len() > MAX_HEAD {
                 s.write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await?;
+                s.flush().await?;
                 return Ok(());
             }
             let mut tmp = [0u8; 2048];
@@ -246,13 +341,16 @@ async fn serve_http(
             respond_simple(&mut s, 404, "Not Found", "try /bytes/<n>\n").await?;
         }
         if close {
+            s.flush().await?;
+            let _ = s.shutdown().await;
             return Ok(());
         }
+        s.flush().await?;
     }
 }
 
-async fn respond_simple(
-    s: &mut TcpStream,
+async fn respond_simple<S: AsyncWrite + Unpin>(
+    s: &mut S,
     code: u16,
     reason: &str,
     body: &str,
@@ -391,5 +489,42 @@ mod tests {
         let mut b = [0u8; 4];
         e.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"ping");
+    }
+
+    #[tokio::test]
+    async fn https_with_the_sink_ca() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ca = tmp.path().join("ca.pem");
+        let a = start_https("127.0.0.1:0".parse().unwrap(), &ca)
+            .await
+            .unwrap();
+        let pem = std::fs::read(&ca).unwrap();
+        let cfg = client_tls(&pem).unwrap();
+        let conn = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+        let name = rustls::pki_types::ServerName::try_from(SINK_HOSTNAME).unwrap();
+        let tcp = TcpStream::connect(a).await.unwrap();
+        let mut tls = conn.connect(name, tcp).await.unwrap();
+        assert_eq!(
+            tls.get_ref().1.protocol_version(),
+            Some(rustls::ProtocolVersion::TLSv1_3)
+        );
+        let r = crate::http::get(&mut tls, "sink", "/bytes/70000", std::time::Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.sha256_ok());
+        let r = crate::http::get(&mut tls, "sink", "/bytes/5", std::time::Instant::now())
+            .await
+            .unwrap();
+        assert_eq!(r.body, body(5));
+        // Another CA is not trusted: the handshake fails.
+        let (other, _) = make_tls().unwrap();
+        let conn = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+            client_tls(other.as_bytes()).unwrap(),
+        ));
+        let tcp = TcpStream::connect(a).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from(SINK_HOSTNAME).unwrap();
+        assert!(conn.connect(name, tcp).await.is_err());
+        assert!(client_tls(b"not a pem").is_err());
     }
 }

@@ -140,6 +140,8 @@ pub struct TorNode<'a> {
     pub dir_port: Option<u16>,
     /// SOCKS port (clients).
     pub socks_port: Option<u16>,
+    /// Control port (cookie authentication), clients only.
+    pub control_port: Option<u16>,
     /// resolv.conf for exits.
     pub resolv_conf: Option<&'a Path>,
     /// DirAuthority lines.
@@ -162,6 +164,10 @@ pub fn render(n: &TorNode<'_>) -> String {
             }
         }
         None => l.push("SocksPort 0".into()),
+    }
+    if let Some(p) = n.control_port {
+        l.push(format!("ControlPort {}:{p}", n.addr));
+        l.push("CookieAuthentication 1".into());
     }
     if let Some(p) = n.or_port {
         l.push(format!("Address {}", n.addr));
@@ -222,6 +228,7 @@ mod tests {
             or_port: Some(5001),
             dir_port: None,
             socks_port: None,
+            control_port: None,
             resolv_conf: Some(Path::new("/tmp/x/resolv.conf")),
             dirauths: &auths,
             extra: &[],

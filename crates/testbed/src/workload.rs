@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use onionmix_measure::record::Record;
+use onionmix_measure::record::{BASELINE_LABEL, Record};
 
 use crate::socks::{self, Target};
 
@@ -33,11 +33,35 @@ pub struct Endpoint {
     pub http: SocketAddr,
     /// The sink's echo address.
     pub echo: SocketAddr,
+    /// The sink's HTTPS (TLS 1.3) address, when it serves one.
+    pub https: Option<SocketAddr>,
+    /// PEM of the CA that issued the sink's HTTPS certificate.
+    pub tls_ca: Option<PathBuf>,
+    /// Straight to the sink, no SOCKS (the no-anonymisation baseline).
+    pub direct: bool,
     /// The client's status file (onionmix clients), for circuit build times.
     pub status_json: Option<PathBuf>,
     /// How to start a fresh copy of the client (`access`'s fresh-client
     /// measurement); `None` skips it.
     pub fresh: Option<FreshClient>,
+    /// A stock tor client's control port and cookie file, for circuit
+    /// build times from CIRC events.
+    pub control: Option<(SocketAddr, PathBuf)>,
+}
+
+impl Endpoint {
+    /// The no-anonymisation baseline next to `self`: the same sink,
+    /// reached directly (series [`BASELINE_LABEL`]).
+    pub fn baseline(&self) -> Endpoint {
+        Endpoint {
+            label: BASELINE_LABEL.into(),
+            direct: true,
+            status_json: None,
+            fresh: None,
+            control: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// A fresh client like the measured one: same network configuration, new
@@ -176,6 +200,7 @@ async fn fresh_client_access(
             None,
             1000,
             0,
+            false,
             left.min(Duration::from_secs(20)),
             &mut attempt,
         )
@@ -251,21 +276,53 @@ pub struct WorkloadConfig {
     /// `voip`/`goodput`: measured seconds per run.
     #[serde(default = "d_duration")]
     pub duration_secs: f64,
-    /// `goodput`: parallel streams.
-    #[serde(default = "d_streams")]
-    pub streams: usize,
+    /// `goodput`: parallel streams; a number or a list (each count is
+    /// measured in every run; seed 002 used 1 and 3).
+    #[serde(default = "d_streams", deserialize_with = "one_or_many")]
+    pub streams: Vec<usize>,
+    /// `goodput`: also measure the same download straight to the sink
+    /// (series `none/direct`), the reference seed 002's percentages use.
+    #[serde(default = "d_true")]
+    pub baseline: bool,
     /// `goodput`: seconds before measuring.
     #[serde(default = "d_warmup")]
     pub warmup_secs: f64,
     /// `session`: the messages.
     #[serde(default = "seed000_script")]
     pub script: Vec<Message>,
+    /// `session`: HTTPS (TLS 1.3 to the sink, which the client verifies
+    /// against the sink's CA) instead of plain HTTP.
+    #[serde(default)]
+    pub https: bool,
+    /// `session`: all messages of a session on one connection (HTTP
+    /// keep-alive; the first message pays for the stream and the TLS
+    /// handshake), or a new connection per message.
+    #[serde(default = "d_true")]
+    pub keep_alive: bool,
     /// `reliability`: fetch interval, ms.
     #[serde(default = "d_interval")]
     pub interval_ms: u64,
     /// `reliability`: page size.
     #[serde(default = "d_page")]
     pub page_bytes: u64,
+    /// `reliability`: fetchers per client at once, each on its own
+    /// circuit (many users behind one client).
+    #[serde(default = "d_parallel")]
+    pub parallel: usize,
+}
+
+/// `streams = 3` or `streams = [1, 3]`.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(usize),
+        Many(Vec<usize>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(n) => vec![n],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 fn d_runs() -> u32 {
@@ -289,7 +346,10 @@ fn d_pps() -> f64 {
 fn d_duration() -> f64 {
     10.0
 }
-fn d_streams() -> usize {
+fn d_streams() -> Vec<usize> {
+    vec![1, 3]
+}
+fn d_parallel() -> usize {
     1
 }
 fn d_warmup() -> f64 {
@@ -365,8 +425,14 @@ impl WorkloadConfig {
         if !(c.duration_secs > 0.0 && c.duration_secs <= 86400.0) {
             return bad("duration_secs (0-86400]");
         }
-        if !(1..=64).contains(&c.streams) {
-            return bad("streams (1-64)");
+        if c.streams.is_empty()
+            || c.streams.len() > 8
+            || c.streams.iter().any(|n| !(1..=64).contains(n))
+        {
+            return bad("streams (1-64, or a list of up to 8 such counts)");
+        }
+        if !(1..=256).contains(&c.parallel) {
+            return bad("parallel (1-256)");
         }
         if !(c.warmup_secs >= 0.0 && c.warmup_secs <= 3600.0) {
             return bad("warmup_secs [0-3600]");
@@ -422,99 +488,295 @@ fn isolation(tag: &str) -> String {
     format!("om-measure-{tag}-{}", rand::random::<u32>())
 }
 
+/// A byte stream to the sink: TCP through SOCKS (or direct), maybe TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Conn = Box<dyn Io>;
+
 async fn connect(
     ep: &Endpoint,
     target: SocketAddr,
     user: Option<&str>,
     timeout: Duration,
 ) -> Result<TcpStream, String> {
+    if ep.direct {
+        let s = tokio::time::timeout(timeout, TcpStream::connect(target))
+            .await
+            .map_err(|_| "connect: timeout".to_string())?
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = s.set_nodelay(true);
+        return Ok(s);
+    }
     let auth = user.map(|u| (u, "x"));
     socks::connect(ep.socks, &Target::Addr(target), auth, timeout)
         .await
         .map_err(|e| format!("socks: {e}"))
 }
 
-/// One HTTP fetch; fills `r` with ttfb/ttlb (and the 0.5-1 MiB throughput
-/// when the body is that large).
+/// Timings of opening a connection to the sink's web server.
+#[derive(Debug, Clone, Copy, Default)]
+struct Opened {
+    /// SOCKS (or TCP) connect, i.e. until the stream through the network
+    /// is open.
+    connect: Duration,
+    /// TLS handshake on top, when HTTPS.
+    tls: Option<Duration>,
+}
+
+/// Open a connection to the sink's web server: plain HTTP, or HTTPS with
+/// the sink's certificate verified against its CA.
+async fn open(
+    ep: &Endpoint,
+    user: Option<&str>,
+    https: bool,
+    timeout: Duration,
+) -> Result<(Conn, Opened), String> {
+    let t0 = Instant::now();
+    if !https {
+        let s = connect(ep, ep.http, user, timeout).await?;
+        return Ok((
+            Box::new(s),
+            Opened {
+                connect: t0.elapsed(),
+                tls: None,
+            },
+        ));
+    }
+    let (Some(addr), Some(ca)) = (ep.https, ep.tls_ca.as_ref()) else {
+        return Err("the sink serves no HTTPS (network started by an older onionmix?)".into());
+    };
+    let pem = std::fs::read(ca).map_err(|e| format!("sink CA {}: {e}", ca.display()))?;
+    let cfg = crate::sink::client_tls(&pem)?;
+    let s = connect(ep, addr, user, timeout).await?;
+    let connected = t0.elapsed();
+    let name = rustls::pki_types::ServerName::try_from(crate::sink::SINK_HOSTNAME)
+        .map_err(|e| e.to_string())?;
+    let tls = tokio::time::timeout(
+        timeout,
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, s),
+    )
+    .await
+    .map_err(|_| "TLS handshake: timeout".to_string())?
+    .map_err(|e| format!("TLS handshake: {e}"))?;
+    Ok((
+        Box::new(tls),
+        Opened {
+            connect: connected,
+            tls: Some(t0.elapsed() - connected),
+        },
+    ))
+}
+
+/// What one HTTP exchange measured, from `t0`.
+struct Exchange {
+    first_byte: Duration,
+    last_byte: Duration,
+    at_half_mib: Option<Duration>,
+    at_one_mib: Option<Duration>,
+}
+
+/// One `GET /bytes/<n>` on `s` (the request padded to about `pad` bytes);
+/// reads exactly the n-byte body, so the connection can carry another
+/// request unless `close`.
+async fn exchange(
+    s: &mut Conn,
+    n: u64,
+    pad: usize,
+    close: bool,
+    t0: Instant,
+) -> Result<Exchange, String> {
+    let mut req = format!(
+        "GET /bytes/{n} HTTP/1.1\r\nHost: sink\r\nUser-Agent: onionmix-measure\r\n{}",
+        if close { "Connection: close\r\n" } else { "" }
+    );
+    if pad > req.len() + 16 {
+        req.push_str(&format!("X-Pad: {}\r\n", "p".repeat(pad - req.len() - 12)));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    s.flush().await.map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut head: Vec<u8> = Vec::new();
+    let mut first = None;
+    let body_start;
+    loop {
+        // Read only up to the end of this response's head + body so a
+        // kept-alive connection stays in step.
+        let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+        if k == 0 {
+            return Err("closed before the response".into());
+        }
+        first.get_or_insert_with(|| t0.elapsed());
+        head.extend_from_slice(&buf[..k]);
+        if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            body_start = p + 4;
+            break;
+        }
+        if head.len() > 16 * 1024 {
+            return Err("response head too long".into());
+        }
+    }
+    let text = String::from_utf8_lossy(&head[..body_start]).to_string();
+    if !text.starts_with("HTTP/1.1 200") {
+        return Err(format!("HTTP {}", text.lines().next().unwrap_or("").trim()));
+    }
+    let mut got = (head.len() - body_start) as u64;
+    if got > n {
+        return Err(format!("{got} body bytes where {n} were asked for"));
+    }
+    let (mut at_half, mut at_one) = (None, None);
+    let mark = |got: u64, h: &mut Option<Duration>, o: &mut Option<Duration>| {
+        if got >= 512 * 1024 && h.is_none() {
+            *h = Some(t0.elapsed());
+        }
+        if got >= 1024 * 1024 && o.is_none() {
+            *o = Some(t0.elapsed());
+        }
+    };
+    mark(got, &mut at_half, &mut at_one);
+    while got < n {
+        let want = (n - got).min(buf.len() as u64) as usize;
+        let k = s.read(&mut buf[..want]).await.map_err(|e| e.to_string())?;
+        if k == 0 {
+            return Err(format!("truncated at {got} of {n} bytes"));
+        }
+        got += k as u64;
+        mark(got, &mut at_half, &mut at_one);
+    }
+    Ok(Exchange {
+        first_byte: first.unwrap_or_default(),
+        last_byte: t0.elapsed(),
+        at_half_mib: at_half,
+        at_one_mib: at_one,
+    })
+}
+
+/// Fill `r` from a finished exchange: ttfb/ttlb (and the 0.5-1 MiB
+/// throughput when the body is that large).
+fn fill(r: &mut Record, x: &Exchange) {
+    r.metrics.insert("ttfb_ms".into(), ms(x.first_byte));
+    r.metrics.insert("ttlb_ms".into(), ms(x.last_byte));
+    if let (Some(h), Some(o)) = (x.at_half_mib, x.at_one_mib)
+        && o > h
+    {
+        let mbps = (512.0 * 1024.0 * 8.0) / (o - h).as_secs_f64() / 1e6;
+        r.metrics.insert("mbps_05_1".into(), mbps);
+    }
+}
+
+/// One HTTP(S) fetch on a new connection; fills `r` with ttfb/ttlb (from
+/// before the connect), the 0.5-1 MiB throughput, and for HTTPS the TLS
+/// handshake time.
 async fn fetch(
     ep: &Endpoint,
     user: Option<&str>,
     n: u64,
     pad: usize,
+    https: bool,
     timeout: Duration,
     r: &mut Record,
 ) {
     let t0 = Instant::now();
     let work = async {
-        let mut s = connect(ep, ep.http, user, timeout).await?;
-        let mut req = format!(
-            "GET /bytes/{n} HTTP/1.1\r\nHost: sink\r\nConnection: close\r\nUser-Agent: onionmix-measure\r\n"
-        );
-        if pad > req.len() + 16 {
-            req.push_str(&format!("X-Pad: {}\r\n", "p".repeat(pad - req.len() - 12)));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut head = Vec::new();
-        let mut first = None;
-        let body_start;
-        loop {
-            let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
-            if k == 0 {
-                return Err("closed before the response".into());
-            }
-            first.get_or_insert_with(|| t0.elapsed());
-            head.extend_from_slice(&buf[..k]);
-            if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-                body_start = p + 4;
-                break;
-            }
-            if head.len() > 16 * 1024 {
-                return Err("response head too long".into());
-            }
-        }
-        let text = String::from_utf8_lossy(&head[..body_start]).to_string();
-        if !text.starts_with("HTTP/1.1 200") {
-            return Err(format!("HTTP {}", text.lines().next().unwrap_or("").trim()));
-        }
-        let mut got = (head.len() - body_start) as u64;
-        let (mut at_half, mut at_one) = (None, None);
-        let mark = |got: u64, h: &mut Option<Duration>, o: &mut Option<Duration>| {
-            if got >= 512 * 1024 && h.is_none() {
-                *h = Some(t0.elapsed());
-            }
-            if got >= 1024 * 1024 && o.is_none() {
-                *o = Some(t0.elapsed());
-            }
-        };
-        mark(got, &mut at_half, &mut at_one);
-        while got < n {
-            let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
-            if k == 0 {
-                return Err(format!("truncated at {got} of {n} bytes"));
-            }
-            got += k as u64;
-            mark(got, &mut at_half, &mut at_one);
-        }
-        Ok::<_, String>((first.unwrap_or_default(), t0.elapsed(), at_half, at_one))
+        let (mut s, opened) = open(ep, user, https, timeout).await?;
+        let x = exchange(&mut s, n, pad, true, t0).await?;
+        Ok::<_, String>((x, opened))
     };
     match tokio::time::timeout(timeout, work).await {
         Err(_) => r.error = Some("timeout".into()),
         Ok(Err(e)) => r.error = Some(e),
-        Ok(Ok((fb, lb, h, o))) => {
-            r.metrics.insert("ttfb_ms".into(), ms(fb));
-            r.metrics.insert("ttlb_ms".into(), ms(lb));
-            if let (Some(h), Some(o)) = (h, o)
-                && o > h
-            {
-                let mbps = (512.0 * 1024.0 * 8.0) / (o - h).as_secs_f64() / 1e6;
-                r.metrics.insert("mbps_05_1".into(), mbps);
+        Ok(Ok((x, opened))) => {
+            fill(r, &x);
+            if let Some(t) = opened.tls {
+                r.metrics.insert("tls_handshake_ms".into(), ms(t));
             }
         }
     }
+}
+
+/// One scripted session (`session`): per-message records, then the whole
+/// session's.
+async fn session(
+    cfg: &WorkloadConfig,
+    ep: &Endpoint,
+    run: u32,
+    timeout: Duration,
+    tick: &(dyn Fn() + Sync),
+) -> Vec<Record> {
+    let user = isolation("session");
+    let mut out = Vec::new();
+    let mut total = record(cfg, ep, run, "session", None);
+    let t0 = Instant::now();
+    let mut failed = None;
+    let mut conn: Option<Conn> = None;
+    let last = cfg.script.len().saturating_sub(1);
+    for (i, m) in cfg.script.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(m.think_ms)).await;
+        let mut r = record(
+            cfg,
+            ep,
+            run,
+            &format!("message:{}", m.name),
+            Some(m.response_bytes),
+        );
+        r.metrics
+            .insert("request_bytes".into(), m.request_bytes as f64);
+        let t = Instant::now();
+        if failed.is_none() {
+            let work = async {
+                let mut opened = None;
+                if conn.is_none() || !cfg.keep_alive {
+                    let (c, o) = open(ep, Some(&user), cfg.https, timeout).await?;
+                    conn = Some(c);
+                    opened = Some(o);
+                }
+                let Some(c) = conn.as_mut() else {
+                    return Err("no connection".to_string());
+                };
+                let close = !cfg.keep_alive || i == last;
+                let x = exchange(c, m.response_bytes, m.request_bytes, close, t).await?;
+                Ok::<_, String>((x, opened))
+            };
+            match tokio::time::timeout(timeout, work).await {
+                Err(_) => r.error = Some("timeout".into()),
+                Ok(Err(e)) => r.error = Some(e),
+                Ok(Ok((x, opened))) => {
+                    fill(&mut r, &x);
+                    r.metrics.insert("latency_ms".into(), ms(t.elapsed()));
+                    if let Some(o) = opened {
+                        r.metrics.insert("connect_ms".into(), ms(o.connect));
+                        if let Some(tls) = o.tls {
+                            r.metrics.insert("tls_handshake_ms".into(), ms(tls));
+                        }
+                    }
+                }
+            }
+            if !r.ok() {
+                failed = r.error.clone();
+                conn = None;
+            }
+        } else {
+            r.error = Some("not sent: an earlier message of the session failed".into());
+        }
+        out.push(r);
+        tick();
+    }
+    match failed {
+        Some(e) => total.error = Some(e),
+        None => {
+            let think: u64 = cfg.script.iter().map(|m| m.think_ms).sum();
+            total
+                .metrics
+                .insert("latency_ms".into(), ms(t0.elapsed()) - think as f64);
+        }
+    }
+    total
+        .metrics
+        .insert("https".into(), if cfg.https { 1.0 } else { 0.0 });
+    out.push(total);
+    out
 }
 
 /// Run `cfg` once (`run`) against `ep`. `tick` is called after each event.
@@ -531,7 +793,7 @@ pub async fn run_once(
             for &size in &cfg.sizes {
                 let user = cfg.fresh_circuit.then(|| isolation("bulk"));
                 let mut r = record(cfg, ep, run, "transfer", Some(size));
-                fetch(ep, user.as_deref(), size, 0, timeout, &mut r).await;
+                fetch(ep, user.as_deref(), size, 0, false, timeout, &mut r).await;
                 out.push(r);
                 tick();
             }
@@ -541,53 +803,36 @@ pub async fn run_once(
             tick();
         }
         "session" => {
-            let user = isolation("session");
-            let mut total = record(cfg, ep, run, "session", None);
-            let t0 = Instant::now();
-            let mut failed = None;
-            for m in &cfg.script {
-                tokio::time::sleep(Duration::from_millis(m.think_ms)).await;
-                let mut r = record(cfg, ep, run, "message", Some(m.response_bytes));
-                r.metrics
-                    .insert("request_bytes".into(), m.request_bytes as f64);
-                let t = Instant::now();
-                fetch(
-                    ep,
-                    Some(&user),
-                    m.response_bytes,
-                    m.request_bytes,
-                    timeout,
-                    &mut r,
-                )
-                .await;
-                if r.ok() {
-                    r.metrics.insert("latency_ms".into(), ms(t.elapsed()));
-                } else {
-                    failed = r.error.clone();
-                }
-                r.kind = format!("message:{}", m.name);
-                out.push(r);
-                tick();
-            }
-            match failed {
-                Some(e) => total.error = Some(e),
-                None => {
-                    let think: u64 = cfg.script.iter().map(|m| m.think_ms).sum();
-                    total
-                        .metrics
-                        .insert("latency_ms".into(), ms(t0.elapsed()) - think as f64);
-                }
-            }
-            out.push(total);
+            out.extend(session(cfg, ep, run, timeout, tick).await);
         }
         "goodput" => {
-            out.push(goodput(cfg, ep, run, timeout).await);
+            for &n in &cfg.streams {
+                out.push(goodput(cfg, ep, run, n, timeout).await);
+            }
             tick();
         }
         "reliability" => {
-            let mut r = record(cfg, ep, run, "transfer", Some(cfg.page_bytes));
-            fetch(ep, None, cfg.page_bytes, 0, timeout, &mut r).await;
-            out.push(r);
+            // `parallel` fetchers at once, fetcher i always on circuit i
+            // (`parallel = 1`: the client's default circuit).
+            let futs: Vec<_> = (0..cfg.parallel)
+                .map(|i| async move {
+                    let user = (cfg.parallel > 1).then(|| format!("om-reliability-{i}"));
+                    let mut r = record(cfg, ep, run, "transfer", Some(cfg.page_bytes));
+                    r.metrics.insert("fetcher".into(), i as f64);
+                    fetch(
+                        ep,
+                        user.as_deref(),
+                        cfg.page_bytes,
+                        0,
+                        false,
+                        timeout,
+                        &mut r,
+                    )
+                    .await;
+                    r
+                })
+                .collect();
+            out.extend(futures_join_all(futs).await);
             tick();
             tokio::time::sleep(Duration::from_millis(cfg.interval_ms)).await;
         }
@@ -599,11 +844,11 @@ pub async fn run_once(
             // Warm client, new circuit: a fresh isolation username.
             let user = isolation("access");
             let mut r = record(cfg, ep, run, "new-circuit", Some(1000));
-            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
+            fetch(ep, Some(&user), 1000, 0, false, timeout, &mut r).await;
             out.push(r);
             // The same circuit again.
             let mut r = record(cfg, ep, run, "reused-circuit", Some(1000));
-            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
+            fetch(ep, Some(&user), 1000, 0, false, timeout, &mut r).await;
             out.push(r);
             tick();
         }
@@ -625,12 +870,15 @@ pub fn circuit_builds(cfg: &WorkloadConfig, ep: &Endpoint) -> Vec<Record> {
         .into_iter()
         .flatten()
         .filter_map(|x| x.as_f64())
-        .map(|t| {
-            let mut r = record(cfg, ep, 0, "circuit", None);
-            r.metrics.insert("circuit_build_ms".into(), t);
-            r
-        })
+        .map(|t| circuit_record(cfg, ep, t))
         .collect()
+}
+
+/// A `circuit` record: one circuit built in `build_ms`.
+pub fn circuit_record(cfg: &WorkloadConfig, ep: &Endpoint, build_ms: f64) -> Record {
+    let mut r = record(cfg, ep, 0, "circuit", None);
+    r.metrics.insert("circuit_build_ms".into(), build_ms);
+    r
 }
 
 async fn voip(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, timeout: Duration) -> Vec<Record> {
@@ -703,43 +951,57 @@ async fn voip(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, timeout: Duration) 
     out
 }
 
-async fn goodput(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, timeout: Duration) -> Record {
-    let mut r = record(cfg, ep, run, "goodput", None);
-    r.metrics.insert("streams".into(), cfg.streams as f64);
+async fn goodput(
+    cfg: &WorkloadConfig,
+    ep: &Endpoint,
+    run: u32,
+    streams: usize,
+    timeout: Duration,
+) -> Record {
+    let mut r = record(cfg, ep, run, &format!("streams:{streams}"), None);
+    r.metrics.insert("streams".into(), streams as f64);
     let warm = Duration::from_secs_f64(cfg.warmup_secs);
     let span = Duration::from_secs_f64(cfg.duration_secs);
     let user = isolation("goodput");
     let t0 = Instant::now();
     let one = |user: String| async move {
-        let mut s = connect(ep, ep.http, Some(&user), timeout).await?;
         let req = format!(
             "GET /stream/{} HTTP/1.1\r\nHost: sink\r\nConnection: close\r\n\r\n",
             crate::sink::MAX_BYTES
         );
-        s.write_all(req.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 64 * 1024];
         let mut counted = 0u64;
-        loop {
-            let left = (warm + span).saturating_sub(t0.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            match tokio::time::timeout(left, s.read(&mut buf)).await {
-                Err(_) => break,
-                Ok(Ok(0)) => return Err("stream ended early".to_string()),
-                Ok(Ok(k)) => {
-                    if t0.elapsed() >= warm {
-                        counted += k as u64;
-                    }
+        // A fast path (the direct baseline on loopback) can finish a whole
+        // 1 GiB response within the window: then the next one is fetched
+        // on a new connection. A response that ends short is an error.
+        'conn: loop {
+            let mut s = connect(ep, ep.http, Some(&user), timeout).await?;
+            s.write_all(req.as_bytes())
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut got = 0u64;
+            loop {
+                let left = (warm + span).saturating_sub(t0.elapsed());
+                if left.is_zero() {
+                    break 'conn;
                 }
-                Ok(Err(e)) => return Err(e.to_string()),
+                match tokio::time::timeout(left, s.read(&mut buf)).await {
+                    Err(_) => break 'conn,
+                    Ok(Ok(0)) if got >= crate::sink::MAX_BYTES => continue 'conn,
+                    Ok(Ok(0)) => return Err(format!("stream ended early (after {got} bytes)")),
+                    Ok(Ok(k)) => {
+                        got += k as u64;
+                        if t0.elapsed() >= warm {
+                            counted += k as u64;
+                        }
+                    }
+                    Ok(Err(e)) => return Err(e.to_string()),
+                }
             }
         }
         Ok::<u64, String>(counted)
     };
-    let futs: Vec<_> = (0..cfg.streams).map(|_| one(user.clone())).collect();
+    let futs: Vec<_> = (0..streams).map(|_| one(user.clone())).collect();
     let results = futures_join_all(futs).await;
     let mut total = 0u64;
     for res in results {
@@ -795,13 +1057,26 @@ mod tests {
         assert_eq!(WorkloadConfig::named("bulk").unwrap().sizes, d_sizes());
         let c = WorkloadConfig::parse("workload = \"goodput\"\nstreams = 3\nduration_secs = 5\n")
             .unwrap();
-        assert_eq!((c.streams, c.duration_secs), (3, 5.0));
+        assert_eq!((c.streams.clone(), c.duration_secs), (vec![3], 5.0));
+        let c = WorkloadConfig::parse("workload = \"goodput\"\nstreams = [1, 3]\n").unwrap();
+        assert_eq!(c.streams, [1, 3]);
+        assert!(c.baseline);
+        // A config survives a round trip through TOML (overrides re-check).
+        let back = WorkloadConfig::parse(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let c = WorkloadConfig::parse("workload = \"session\"\nhttps = true\n").unwrap();
+        assert!(c.https && c.keep_alive);
         for bad in [
             "workload = \"nope\"",
             "workload = \"bulk\"\nruns = 0",
             "workload = \"bulk\"\nsizes = []",
             "workload = \"voip\"\npacket_bytes = 8",
             "workload = \"goodput\"\nstreams = 0",
+            "workload = \"goodput\"\nstreams = []",
+            "workload = \"goodput\"\nstreams = [1, 65]",
+            "workload = \"goodput\"\nstreams = -1",
+            "workload = \"reliability\"\nparallel = 0",
+            "workload = \"session\"\nhttps = \"yes\"",
             "workload = \"bulk\"\nunknown = 1",
             "workload = \"session\"\nscript = []",
         ] {
@@ -858,7 +1133,7 @@ mod tests {
 
     /// Every workload against a local sink, with a SOCKS stub that
     /// connects directly (no Tor): the records have the right shape.
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn workloads_produce_records() {
         let sink = crate::sink::start(
             "127.0.0.1:0".parse().unwrap(),
@@ -867,14 +1142,23 @@ mod tests {
         )
         .await
         .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let ca = tmp.path().join("sink-ca.pem");
+        let https = crate::sink::start_https("127.0.0.1:0".parse().unwrap(), &ca)
+            .await
+            .unwrap();
         let socks = direct_socks_server().await;
         let ep = Endpoint {
-            label: "local/direct".into(),
+            label: "local/socks".into(),
             socks,
             http: sink.http,
             echo: sink.echo,
+            https: Some(https),
+            tls_ca: Some(ca.clone()),
+            direct: false,
             status_json: None,
             fresh: None,
+            control: None,
         };
         let quick = |w: &str| {
             let mut c = WorkloadConfig::named(w).unwrap();
@@ -897,25 +1181,91 @@ mod tests {
         assert_eq!(stream.metrics["packets_lost"], 0.0);
         assert_eq!(stream.metrics["share_under_150ms"], 1.0);
         assert_eq!(r.iter().filter(|x| x.kind == "packet").count(), 5);
-        let r = run_once(&quick("session"), &ep, 0, &|| {}).await;
-        assert_eq!(r.len(), 5);
+        // Sessions: plain HTTP and HTTPS, kept alive or a connection per
+        // message; only connections that were opened have connect_ms.
+        for (https, keep_alive) in [(false, true), (true, true), (true, false), (false, false)] {
+            let mut c = quick("session");
+            c.https = https;
+            c.keep_alive = keep_alive;
+            let r = run_once(&c, &ep, 0, &|| {}).await;
+            assert_eq!(r.len(), 5);
+            assert!(
+                r.iter()
+                    .all(|x| x.ok() && x.metrics.contains_key("latency_ms")),
+                "{r:?}"
+            );
+            let opened = r
+                .iter()
+                .filter(|x| x.metrics.contains_key("connect_ms"))
+                .count();
+            assert_eq!(opened, if keep_alive { 1 } else { 4 }, "{r:?}");
+            let tls = r
+                .iter()
+                .filter(|x| x.metrics.contains_key("tls_handshake_ms"))
+                .count();
+            assert_eq!(tls, if https { opened } else { 0 }, "{r:?}");
+            assert_eq!(r[4].metrics["https"], if https { 1.0 } else { 0.0 });
+        }
+        // HTTPS without the sink's CA (or with another): a clear error.
+        let mut c = quick("session");
+        c.https = true;
+        let no_tls = Endpoint {
+            https: None,
+            ..ep.clone()
+        };
+        let r = run_once(&c, &no_tls, 0, &|| {}).await;
+        assert!(r[0].error.as_deref().unwrap().contains("no HTTPS"), "{r:?}");
+        assert!(r[1].error.as_deref().unwrap().contains("not sent"), "{r:?}");
+        assert!(!r[4].ok());
+        let other_ca = tmp.path().join("other.pem");
+        std::fs::write(&other_ca, crate::sink::make_tls().unwrap().0).unwrap();
+        let wrong = Endpoint {
+            tls_ca: Some(other_ca),
+            ..ep.clone()
+        };
+        let r = run_once(&c, &wrong, 0, &|| {}).await;
         assert!(
-            r.iter()
-                .all(|x| x.ok() && x.metrics.contains_key("latency_ms"))
+            r[0].error.as_deref().unwrap().contains("TLS handshake"),
+            "{r:?}"
         );
-        let r = run_once(&quick("goodput"), &ep, 0, &|| {}).await;
-        assert!(r[0].ok(), "{:?}", r[0].error);
-        assert!(r[0].metrics["mbps"] > 0.0);
-        let r = run_once(&quick("reliability"), &ep, 0, &|| {}).await;
+        // Goodput: one record per stream count; the baseline goes direct.
+        let mut g = quick("goodput");
+        g.streams = vec![1, 3];
+        for e in [ep.clone(), ep.baseline()] {
+            let r = run_once(&g, &e, 0, &|| {}).await;
+            assert_eq!(r.len(), 2);
+            for (x, n) in r.iter().zip([1.0, 3.0]) {
+                assert!(x.ok(), "{:?}", x.error);
+                assert!(x.metrics["mbps"] > 0.0, "{} {r:?}", e.label);
+                assert_eq!(x.metrics["streams"], n);
+            }
+            assert_eq!(r[1].kind, "streams:3");
+        }
+        assert_eq!(ep.baseline().label, BASELINE_LABEL);
+        // The baseline does not need the SOCKS port.
+        let dead_socks = Endpoint {
+            socks: "127.0.0.1:1".parse().unwrap(),
+            ..ep.clone()
+        };
+        let r = run_once(&g, &dead_socks.baseline(), 0, &|| {}).await;
+        assert!(r.iter().all(|x| x.ok()));
+        // Reliability: `parallel` fetchers at once.
+        let mut rl = quick("reliability");
+        let r = run_once(&rl, &ep, 0, &|| {}).await;
+        assert_eq!(r.len(), 1);
         assert!(r[0].ok());
+        rl.parallel = 4;
+        let r = run_once(&rl, &ep, 0, &|| {}).await;
+        assert_eq!(r.len(), 4);
+        assert!(r.iter().all(|x| x.ok()));
+        let mut fetchers: Vec<f64> = r.iter().map(|x| x.metrics["fetcher"]).collect();
+        fetchers.sort_by(f64::total_cmp);
+        assert_eq!(fetchers, [0.0, 1.0, 2.0, 3.0]);
         let r = run_once(&quick("access"), &ep, 0, &|| {}).await;
         assert_eq!(r.len(), 2);
         assert!(r.iter().all(|x| x.ok()));
         // A dead SOCKS port gives errors, not panics.
-        let dead = Endpoint {
-            socks: "127.0.0.1:1".parse().unwrap(),
-            ..ep
-        };
+        let dead = dead_socks;
         let r = run_once(&quick("bulk"), &dead, 0, &|| {}).await;
         assert!(r[0].error.as_deref().unwrap().starts_with("socks"));
     }

@@ -1,0 +1,318 @@
+//! Just enough of Tor's control protocol (control-spec) to time a stock
+//! tor client's circuits: cookie authentication, `SETEVENTS CIRC`, and
+//! the time from each circuit's `LAUNCHED` event to its `BUILT` event.
+//!
+//! Stock tor keeps per-circuit build times to itself (its state file
+//! holds only a histogram); the events are the one outside view of them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Longest control-port line accepted.
+const MAX_LINE: usize = 16 * 1024;
+/// Circuits waiting for `BUILT` at once; older ones are forgotten.
+const MAX_PENDING: usize = 4096;
+/// Build times kept.
+const MAX_TIMES: usize = 100_000;
+
+/// One `650 CIRC` event: circuit id, status, purpose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CircEvent {
+    /// Circuit id (tor's, per control connection).
+    pub id: String,
+    /// `LAUNCHED`, `BUILT`, `EXTENDED`, `FAILED`, `CLOSED`, ...
+    pub status: String,
+    /// `PURPOSE=` value when present.
+    pub purpose: Option<String>,
+}
+
+/// Parse a `650 CIRC <id> <status> [path] [key=value...]` line.
+pub fn parse_circ_event(line: &str) -> Option<CircEvent> {
+    let rest = line.trim_end().strip_prefix("650 CIRC ")?;
+    let mut words = rest.split(' ');
+    let id = words.next().filter(|w| !w.is_empty())?;
+    let status = words.next().filter(|w| !w.is_empty())?;
+    let purpose = words
+        .filter_map(|w| w.strip_prefix("PURPOSE="))
+        .next()
+        .map(str::to_string);
+    Some(CircEvent {
+        id: id.to_string(),
+        status: status.to_string(),
+        purpose,
+    })
+}
+
+/// Whether a circuit of this purpose carries (or could carry) client
+/// streams: general and conflux circuits; not testing or timeout-measuring
+/// ones.
+pub fn counts(purpose: Option<&str>) -> bool {
+    !matches!(purpose, Some("TESTING" | "MEASURE_TIMEOUT" | "CONTROLLER"))
+}
+
+/// A running watch; [`CircuitWatch::finish`] returns the build times.
+pub struct CircuitWatch {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Vec<f64>>,
+}
+
+impl CircuitWatch {
+    /// Stop watching; build times in ms, in the order circuits finished.
+    pub async fn finish(mut self) -> Vec<f64> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.unwrap_or_default()
+    }
+}
+
+async fn read_line(
+    r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    line: &mut String,
+) -> Result<(), String> {
+    line.clear();
+    let mut buf = Vec::new();
+    let n = tokio::io::AsyncReadExt::take(&mut *r, MAX_LINE as u64)
+        .read_until(b'\n', &mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Err("control connection closed".into());
+    }
+    if !buf.ends_with(b"\n") {
+        return Err("control line too long".into());
+    }
+    quickack(r.get_ref().as_ref());
+    line.push_str(&String::from_utf8_lossy(&buf));
+    Ok(())
+}
+
+/// Ask the kernel to acknowledge what arrives at once. Tor writes events
+/// with Nagle's algorithm on; with delayed ACKs here an event could wait
+/// up to 40 ms behind the previous one, which would inflate build times.
+#[allow(unsafe_code)] // setsockopt(2) through libc, as proc.rs does kill(2)
+fn quickack(s: &TcpStream) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket fd and a c_int option value of the
+        // right size; failure only loses the optimisation.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = s;
+}
+
+/// Reads a reply and returns its last line (`250 OK` etc.).
+async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Result<String, String> {
+    let mut line = String::new();
+    loop {
+        read_line(r, &mut line).await?;
+        // "250-..." continues, "250 ..." ends; data replies ("250+") are
+        // not used here.
+        if line.len() >= 4 && line.as_bytes()[3] == b' ' {
+            return Ok(line.trim_end().to_string());
+        }
+    }
+}
+
+/// Connect to a tor control port, authenticate with the cookie in
+/// `cookie_file`, subscribe to CIRC events and time every circuit from
+/// `LAUNCHED` to `BUILT` until [`CircuitWatch::finish`].
+pub async fn watch_circuits(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    timeout: Duration,
+) -> Result<CircuitWatch, String> {
+    let cookie = std::fs::read(cookie_file)
+        .map_err(|e| format!("control cookie {}: {e}", cookie_file.display()))?;
+    if cookie.len() != 32 {
+        return Err(format!(
+            "control cookie {} has {} bytes, not 32",
+            cookie_file.display(),
+            cookie.len()
+        ));
+    }
+    let setup = async {
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("control port {addr}: {e}"))?;
+        quickack(&s);
+        let (rd, mut wr) = s.into_split();
+        let mut rd = BufReader::new(rd);
+        wr.write_all(format!("AUTHENTICATE {}\r\n", hex::encode(&cookie)).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let r = reply(&mut rd).await?;
+        if !r.starts_with("250") {
+            return Err(format!("control port refused the cookie: {r}"));
+        }
+        wr.write_all(b"SETEVENTS CIRC\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let r = reply(&mut rd).await?;
+        if !r.starts_with("250") {
+            return Err(format!("SETEVENTS CIRC: {r}"));
+        }
+        Ok::<_, String>((rd, wr))
+    };
+    let (mut rd, wr) = tokio::time::timeout(timeout, setup)
+        .await
+        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))??;
+    let (stop_tx, mut stop_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _keep = wr;
+        let mut launched: HashMap<String, Instant> = HashMap::new();
+        let mut times = Vec::new();
+        let mut line = String::new();
+        loop {
+            tokio::select! {
+                _ = &mut stop_rx => break,
+                r = read_line(&mut rd, &mut line) => {
+                    if r.is_err() {
+                        break;
+                    }
+                    let Some(ev) = parse_circ_event(&line) else { continue };
+                    match ev.status.as_str() {
+                        "LAUNCHED" if counts(ev.purpose.as_deref()) => {
+                            if launched.len() >= MAX_PENDING {
+                                launched.clear();
+                            }
+                            launched.insert(ev.id, Instant::now());
+                        }
+                        "BUILT" => {
+                            if let Some(t) = launched.remove(&ev.id)
+                                && times.len() < MAX_TIMES
+                            {
+                                times.push(t.elapsed().as_secs_f64() * 1e3);
+                            }
+                        }
+                        "FAILED" | "CLOSED" => {
+                            launched.remove(&ev.id);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        times
+    });
+    Ok(CircuitWatch {
+        stop: Some(stop_tx),
+        task,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn circ_events_parse() {
+        let e = parse_circ_event(
+            "650 CIRC 7 LAUNCHED BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED=2026-11-23T10:00:00.000000\r\n",
+        )
+        .unwrap();
+        assert_eq!(e.id, "7");
+        assert_eq!(e.status, "LAUNCHED");
+        assert_eq!(e.purpose.as_deref(), Some("GENERAL"));
+        let e = parse_circ_event(
+            "650 CIRC 7 BUILT $AAAA~a,$BBBB~b,$CCCC~c BUILD_FLAGS=NEED_CAPACITY PURPOSE=CONFLUX_UNLINKED\r\n",
+        )
+        .unwrap();
+        assert_eq!(e.status, "BUILT");
+        assert!(counts(e.purpose.as_deref()));
+        assert!(!counts(Some("MEASURE_TIMEOUT")));
+        assert!(parse_circ_event("650 STREAM 1 NEW 0 x:80").is_none());
+        assert!(parse_circ_event("650 CIRC ").is_none());
+        assert!(parse_circ_event("250 OK").is_none());
+    }
+
+    /// A fake control port: checks the cookie, then reports two circuits
+    /// (one built, one failed) and a testing circuit.
+    #[tokio::test]
+    async fn watch_against_a_fake_control_port() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cookie_path = tmp.path().join("control_auth_cookie");
+        std::fs::write(&cookie_path, [7u8; 32]).unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut b = [0u8; 256];
+            while !got.ends_with(b"\r\n") {
+                let n = s.read(&mut b).await.unwrap();
+                got.extend_from_slice(&b[..n]);
+            }
+            let want = format!("AUTHENTICATE {}\r\n", hex::encode([7u8; 32]));
+            assert_eq!(String::from_utf8_lossy(&got), want);
+            s.write_all(b"250 OK\r\n").await.unwrap();
+            got.clear();
+            while !got.ends_with(b"\r\n") {
+                let n = s.read(&mut b).await.unwrap();
+                got.extend_from_slice(&b[..n]);
+            }
+            assert_eq!(&got, b"SETEVENTS CIRC\r\n");
+            s.write_all(b"250 OK\r\n").await.unwrap();
+            s.write_all(b"650 CIRC 1 LAUNCHED PURPOSE=GENERAL\r\n650 CIRC 2 LAUNCHED PURPOSE=GENERAL\r\n650 CIRC 3 LAUNCHED PURPOSE=MEASURE_TIMEOUT\r\n")
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            s.write_all(b"650 CIRC 1 EXTENDED $A~a PURPOSE=GENERAL\r\n650 CIRC 1 BUILT $A~a,$B~b,$C~c PURPOSE=GENERAL\r\n650 CIRC 2 FAILED PURPOSE=GENERAL REASON=TIMEOUT\r\n650 CIRC 3 BUILT $A~a PURPOSE=MEASURE_TIMEOUT\r\n")
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+        let w = watch_circuits(addr, &cookie_path, Duration::from_secs(5))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let times = w.finish().await;
+        assert_eq!(times.len(), 1, "{times:?}");
+        assert!(times[0] >= 25.0 && times[0] < 5000.0, "{times:?}");
+        server.await.unwrap();
+
+        // A wrong-sized cookie and a refused one: clear errors.
+        std::fs::write(&cookie_path, [1u8; 5]).unwrap();
+        let e = watch_circuits(addr, &cookie_path, Duration::from_secs(1))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.contains("not 32"), "{e}");
+        std::fs::write(&cookie_path, [1u8; 32]).unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut b = [0u8; 256];
+            let _ = s.read(&mut b).await.unwrap();
+            s.write_all(b"515 Authentication failed: Wrong length on authentication cookie.\r\n")
+                .await
+                .unwrap();
+        });
+        let e = watch_circuits(addr, &cookie_path, Duration::from_secs(2))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.contains("refused the cookie"), "{e}");
+    }
+}
