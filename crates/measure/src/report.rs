@@ -473,20 +473,23 @@ const SEED002_GOODPUT: &[(&str, &str, &str)] = &[
 ];
 
 /// `goodput` in the shape of seed 002's table: per series and stream
-/// count, mean Mbit/s ± the half-width of its 95% Student's t interval,
+/// count (kind `streams:N`), mean Mbit/s ± the half-width of its 95% Student's t interval,
 /// and the share of the no-anonymisation baseline's mean.
 fn write_seed002_table(md: &mut String, labels: &[&str], records: &[Record]) {
     let mut counts: BTreeSet<u64> = BTreeSet::new();
     let mut values: BTreeMap<(&str, u64), Vec<f64>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.workload == "goodput" && r.ok()) {
-        let (Some(&streams), Some(&mbps)) = (r.metrics.get("streams"), r.metrics.get("mbps"))
-        else {
+        let (Some(n), Some(&mbps)) = (
+            r.kind
+                .strip_prefix("streams:")
+                .and_then(|n| n.parse::<u64>().ok()),
+            r.metrics.get("mbps"),
+        ) else {
             continue;
         };
-        if !(streams >= 1.0 && mbps.is_finite()) {
+        if n == 0 || !mbps.is_finite() {
             continue;
         }
-        let n = streams as u64;
         counts.insert(n);
         values.entry((r.label.as_str(), n)).or_default().push(mbps);
     }
@@ -1004,11 +1007,7 @@ mod tests {
             kind: format!("streams:{streams}"),
             size: None,
             start_unix_ms: 1.7e12,
-            metrics: [
-                ("mbps".to_string(), mbps),
-                ("streams".to_string(), f64::from(streams)),
-            ]
-            .into(),
+            metrics: [("mbps".to_string(), mbps)].into(),
             error: None,
         };
         let mut recs = Vec::new();

@@ -23,7 +23,7 @@ const MAX_PENDING: usize = 4096;
 const MAX_TIMES: usize = 100_000;
 
 /// One `650 CIRC` event: circuit id, status, purpose.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CircEvent {
     /// Circuit id (tor's, per control connection).
     pub id: String,
@@ -31,6 +31,44 @@ pub struct CircEvent {
     pub status: String,
     /// `PURPOSE=` value when present.
     pub purpose: Option<String>,
+    /// `TIME_CREATED=` (UTC, microseconds) as Unix seconds, when present.
+    pub created_unix: Option<f64>,
+}
+
+/// `2026-11-23T10:00:00.123456` (UTC) as Unix seconds.
+pub fn parse_iso_usec(t: &str) -> Option<f64> {
+    let (date, time) = t.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut h = hms.split(':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (h.next()??, h.next()??, h.next()??);
+    if h.next().is_some() || hh > 23 || mm > 59 || ss > 60 || hh < 0 || mm < 0 || ss < 0 {
+        return None;
+    }
+    if frac.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac: f64 = format!("0.{frac}").parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) as f64 + frac)
+}
+
+fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 /// Parse a `650 CIRC <id> <status> [path] [key=value...]` line.
@@ -39,14 +77,19 @@ pub fn parse_circ_event(line: &str) -> Option<CircEvent> {
     let mut words = rest.split(' ');
     let id = words.next().filter(|w| !w.is_empty())?;
     let status = words.next().filter(|w| !w.is_empty())?;
-    let purpose = words
-        .filter_map(|w| w.strip_prefix("PURPOSE="))
-        .next()
-        .map(str::to_string);
+    let (mut purpose, mut created_unix) = (None, None);
+    for w in words {
+        if let Some(p) = w.strip_prefix("PURPOSE=") {
+            purpose = Some(p.to_string());
+        } else if let Some(t) = w.strip_prefix("TIME_CREATED=") {
+            created_unix = parse_iso_usec(t);
+        }
+    }
     Some(CircEvent {
         id: id.to_string(),
         status: status.to_string(),
         purpose,
+        created_unix,
     })
 }
 
@@ -133,8 +176,11 @@ async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Result<Stri
 }
 
 /// Connect to a tor control port, authenticate with the cookie in
-/// `cookie_file`, subscribe to CIRC events and time every circuit from
-/// `LAUNCHED` to `BUILT` until [`CircuitWatch::finish`].
+/// `cookie_file`, subscribe to CIRC events and time every circuit created
+/// from now on until [`CircuitWatch::finish`]: from its `TIME_CREATED`
+/// (tor's own clock, microseconds; the same machine's clock as ours) to
+/// the arrival of its `BUILT` event, or from the arrival of `LAUNCHED`
+/// when tor gives no creation time.
 pub async fn watch_circuits(
     addr: SocketAddr,
     cookie_file: &Path,
@@ -176,6 +222,7 @@ pub async fn watch_circuits(
         .await
         .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))??;
     let (stop_tx, mut stop_rx) = oneshot::channel();
+    let since = now_unix();
     let task = tokio::spawn(async move {
         let _keep = wr;
         let mut launched: HashMap<String, Instant> = HashMap::new();
@@ -197,10 +244,19 @@ pub async fn watch_circuits(
                             launched.insert(ev.id, Instant::now());
                         }
                         "BUILT" => {
-                            if let Some(t) = launched.remove(&ev.id)
+                            let t = launched.remove(&ev.id);
+                            let ms = match (ev.created_unix, t) {
+                                (Some(c), _) if c >= since && counts(ev.purpose.as_deref()) => {
+                                    Some((now_unix() - c) * 1e3)
+                                }
+                                (None, Some(t)) => Some(t.elapsed().as_secs_f64() * 1e3),
+                                _ => None,
+                            };
+                            if let Some(ms) = ms
+                                && ms >= 0.0
                                 && times.len() < MAX_TIMES
                             {
-                                times.push(t.elapsed().as_secs_f64() * 1e3);
+                                times.push(ms);
                             }
                         }
                         "FAILED" | "CLOSED" => {
@@ -244,10 +300,28 @@ mod tests {
         assert!(parse_circ_event("650 STREAM 1 NEW 0 x:80").is_none());
         assert!(parse_circ_event("650 CIRC ").is_none());
         assert!(parse_circ_event("250 OK").is_none());
+        let e = parse_circ_event(
+            "650 CIRC 9 BUILT $A~a PURPOSE=GENERAL TIME_CREATED=2026-11-23T10:00:00.250000",
+        )
+        .unwrap();
+        assert_eq!(e.created_unix, Some(1_795_428_000.25));
+        assert_eq!(parse_iso_usec("1970-01-01T00:00:00.000000"), Some(0.0));
+        assert_eq!(parse_iso_usec("2000-03-01T00:00:01.5"), Some(951_868_801.5));
+        for bad in [
+            "",
+            "2026-13-01T00:00:00.0",
+            "2026-11-23 10:00:00",
+            "2026-11-23T25:00:00.0",
+            "2026-11-23T10:00:00.x",
+            "a-b-cTd:e:f",
+        ] {
+            assert_eq!(parse_iso_usec(bad), None, "{bad}");
+        }
     }
 
     /// A fake control port: checks the cookie, then reports two circuits
-    /// (one built, one failed) and a testing circuit.
+    /// (one built, one failed), a timeout-measuring circuit and one
+    /// created before the watch began: only the first counts.
     #[tokio::test]
     async fn watch_against_a_fake_control_port() {
         let tmp = tempfile::tempdir().unwrap();
@@ -277,7 +351,7 @@ mod tests {
                 .await
                 .unwrap();
             tokio::time::sleep(Duration::from_millis(30)).await;
-            s.write_all(b"650 CIRC 1 EXTENDED $A~a PURPOSE=GENERAL\r\n650 CIRC 1 BUILT $A~a,$B~b,$C~c PURPOSE=GENERAL\r\n650 CIRC 2 FAILED PURPOSE=GENERAL REASON=TIMEOUT\r\n650 CIRC 3 BUILT $A~a PURPOSE=MEASURE_TIMEOUT\r\n")
+            s.write_all(b"650 CIRC 1 EXTENDED $A~a PURPOSE=GENERAL\r\n650 CIRC 1 BUILT $A~a,$B~b,$C~c PURPOSE=GENERAL\r\n650 CIRC 2 FAILED PURPOSE=GENERAL REASON=TIMEOUT\r\n650 CIRC 3 BUILT $A~a PURPOSE=MEASURE_TIMEOUT\r\n650 CIRC 4 BUILT $A~a PURPOSE=GENERAL TIME_CREATED=2020-01-01T00:00:00.000000\r\n")
                 .await
                 .unwrap();
             tokio::time::sleep(Duration::from_millis(200)).await;
