@@ -339,7 +339,14 @@ fn run_all(
             }
         }
         for (ep, w) in watches {
-            for t in w.finish().await {
+            let seen = w.finish().await;
+            if let Some(why) = &seen.ended_early {
+                eprintln!(
+                    "{}: circuit build times cover only part of the run (control port: {why})",
+                    ep.label
+                );
+            }
+            for t in seen.build_ms {
                 let mut r = workload::circuit_record(cfg, ep, t);
                 r.run = 0;
                 records.push(r);

@@ -275,6 +275,10 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
         let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
         if method != "GET" && method != "HEAD" {
             respond_simple(&mut s, 405, "Method Not Allowed", "only GET\n").await?;
+            if close {
+                break;
+            }
+            s.flush().await?;
             continue;
         }
         let (nstr, digest) = match (path.strip_prefix("/bytes/"), path.strip_prefix("/stream/")) {
@@ -295,6 +299,10 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
                         "n must be an integer <= 1 GiB\n",
                     )
                     .await?;
+                    if close {
+                        break;
+                    }
+                    s.flush().await?;
                     continue;
                 }
             };
@@ -341,12 +349,13 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
             respond_simple(&mut s, 404, "Not Found", "try /bytes/<n>\n").await?;
         }
         if close {
-            s.flush().await?;
-            let _ = s.shutdown().await;
-            return Ok(());
+            break;
         }
         s.flush().await?;
     }
+    s.flush().await?;
+    let _ = s.shutdown().await;
+    Ok(())
 }
 
 async fn respond_simple<S: AsyncWrite + Unpin>(

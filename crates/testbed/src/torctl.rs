@@ -33,20 +33,27 @@ pub struct CircEvent {
     pub purpose: Option<String>,
     /// `TIME_CREATED=` (UTC, microseconds) as Unix seconds, when present.
     pub created_unix: Option<f64>,
+    /// `BUILD_FLAGS=` has `ONEHOP_TUNNEL` (a directory circuit).
+    pub one_hop: bool,
 }
 
-/// `2026-11-23T10:00:00.123456` (UTC) as Unix seconds.
+/// `2026-11-23T10:00:00.123456` (UTC, years 1970-9999) as Unix seconds.
 pub fn parse_iso_usec(t: &str) -> Option<f64> {
+    let num = |x: &str, len: usize| -> Option<i64> {
+        (x.len() == len && x.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| x.parse().ok())
+            .flatten()
+    };
     let (date, time) = t.split_once('T')?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    let mut d = date.split('-');
+    let (y, m, day) = (num(d.next()?, 4)?, num(d.next()?, 2)?, num(d.next()?, 2)?);
+    if d.next().is_some() || y < 1970 || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
         return None;
     }
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut h = hms.split(':').map(|x| x.parse::<i64>().ok());
-    let (hh, mm, ss) = (h.next()??, h.next()??, h.next()??);
-    if h.next().is_some() || hh > 23 || mm > 59 || ss > 60 || hh < 0 || mm < 0 || ss < 0 {
+    let mut h = hms.split(':');
+    let (hh, mm, ss) = (num(h.next()?, 2)?, num(h.next()?, 2)?, num(h.next()?, 2)?);
+    if h.next().is_some() || hh > 23 || mm > 59 || ss > 60 {
         return None;
     }
     if frac.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
@@ -77,9 +84,11 @@ pub fn parse_circ_event(line: &str) -> Option<CircEvent> {
     let mut words = rest.split(' ');
     let id = words.next().filter(|w| !w.is_empty())?;
     let status = words.next().filter(|w| !w.is_empty())?;
-    let (mut purpose, mut created_unix) = (None, None);
+    let (mut purpose, mut created_unix, mut one_hop) = (None, None, false);
     for w in words {
-        if let Some(p) = w.strip_prefix("PURPOSE=") {
+        if let Some(f) = w.strip_prefix("BUILD_FLAGS=") {
+            one_hop = f.split(',').any(|f| f == "ONEHOP_TUNNEL");
+        } else if let Some(p) = w.strip_prefix("PURPOSE=") {
             purpose = Some(p.to_string());
         } else if let Some(t) = w.strip_prefix("TIME_CREATED=") {
             created_unix = parse_iso_usec(t);
@@ -90,6 +99,7 @@ pub fn parse_circ_event(line: &str) -> Option<CircEvent> {
         status: status.to_string(),
         purpose,
         created_unix,
+        one_hop,
     })
 }
 
@@ -103,16 +113,78 @@ pub fn counts(purpose: Option<&str>) -> bool {
 /// A running watch; [`CircuitWatch::finish`] returns the build times.
 pub struct CircuitWatch {
     stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Vec<f64>>,
+    task: JoinHandle<(Vec<f64>, Option<String>)>,
+}
+
+/// What a watch saw.
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    /// Build times in ms, in the order circuits finished.
+    pub build_ms: Vec<f64>,
+    /// Why the watch ended before it was stopped, if it did (the times
+    /// then cover only part of the run).
+    pub ended_early: Option<String>,
 }
 
 impl CircuitWatch {
-    /// Stop watching; build times in ms, in the order circuits finished.
-    pub async fn finish(mut self) -> Vec<f64> {
+    /// Stop watching and return what was seen.
+    pub async fn finish(mut self) -> Watched {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        self.task.await.unwrap_or_default()
+        match self.task.await {
+            Ok((build_ms, ended_early)) => Watched {
+                build_ms,
+                ended_early,
+            },
+            Err(e) => Watched {
+                build_ms: Vec::new(),
+                ended_early: Some(format!("watcher task failed: {e}")),
+            },
+        }
+    }
+}
+
+/// The watch's state: circuits launched and build times so far.
+struct Timings {
+    /// Unix time the watch began.
+    since: f64,
+    launched: HashMap<String, Instant>,
+    times: Vec<f64>,
+}
+
+impl Timings {
+    fn event(&mut self, line: &str) {
+        let Some(ev) = parse_circ_event(line) else {
+            return;
+        };
+        match ev.status.as_str() {
+            "LAUNCHED" if counts(ev.purpose.as_deref()) && !ev.one_hop => {
+                if self.launched.len() >= MAX_PENDING {
+                    self.launched.clear();
+                }
+                self.launched.insert(ev.id, Instant::now());
+            }
+            // Only the first BUILT of a circuit seen launched: a circuit
+            // extended again later reports BUILT again.
+            "BUILT" => {
+                let Some(t) = self.launched.remove(&ev.id) else {
+                    return;
+                };
+                let ms = match ev.created_unix {
+                    Some(c) if c >= self.since - 1.0 => (now_unix() - c) * 1e3,
+                    Some(_) => return,
+                    None => t.elapsed().as_secs_f64() * 1e3,
+                };
+                if ms >= 0.0 && self.times.len() < MAX_TIMES {
+                    self.times.push(ms);
+                }
+            }
+            "FAILED" | "CLOSED" => {
+                self.launched.remove(&ev.id);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -176,11 +248,12 @@ async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Result<Stri
 }
 
 /// Connect to a tor control port, authenticate with the cookie in
-/// `cookie_file`, subscribe to CIRC events and time every circuit created
-/// from now on until [`CircuitWatch::finish`]: from its `TIME_CREATED`
-/// (tor's own clock, microseconds; the same machine's clock as ours) to
-/// the arrival of its `BUILT` event, or from the arrival of `LAUNCHED`
-/// when tor gives no creation time.
+/// `cookie_file`, subscribe to CIRC events and time every multi-hop
+/// circuit launched from now on until [`CircuitWatch::finish`]: from its
+/// `TIME_CREATED` (tor's own clock, microseconds; the same machine's
+/// clock as ours) to the arrival of its first `BUILT` event, or from the
+/// arrival of `LAUNCHED` when tor gives no creation time. One-hop
+/// directory circuits (`BUILD_FLAGS=ONEHOP_TUNNEL`) are left out.
 pub async fn watch_circuits(
     addr: SocketAddr,
     cookie_file: &Path,
@@ -225,49 +298,35 @@ pub async fn watch_circuits(
     let since = now_unix();
     let task = tokio::spawn(async move {
         let _keep = wr;
-        let mut launched: HashMap<String, Instant> = HashMap::new();
-        let mut times = Vec::new();
+        let mut t = Timings {
+            since,
+            launched: HashMap::new(),
+            times: Vec::new(),
+        };
         let mut line = String::new();
-        loop {
+        // Read first (biased), so events already here are not dropped
+        // for the stop signal.
+        let stopped = loop {
             tokio::select! {
-                _ = &mut stop_rx => break,
-                r = read_line(&mut rd, &mut line) => {
-                    if r.is_err() {
-                        break;
-                    }
-                    let Some(ev) = parse_circ_event(&line) else { continue };
-                    match ev.status.as_str() {
-                        "LAUNCHED" if counts(ev.purpose.as_deref()) => {
-                            if launched.len() >= MAX_PENDING {
-                                launched.clear();
-                            }
-                            launched.insert(ev.id, Instant::now());
-                        }
-                        "BUILT" => {
-                            let t = launched.remove(&ev.id);
-                            let ms = match (ev.created_unix, t) {
-                                (Some(c), _) if c >= since && counts(ev.purpose.as_deref()) => {
-                                    Some((now_unix() - c) * 1e3)
-                                }
-                                (None, Some(t)) => Some(t.elapsed().as_secs_f64() * 1e3),
-                                _ => None,
-                            };
-                            if let Some(ms) = ms
-                                && ms >= 0.0
-                                && times.len() < MAX_TIMES
-                            {
-                                times.push(ms);
-                            }
-                        }
-                        "FAILED" | "CLOSED" => {
-                            launched.remove(&ev.id);
-                        }
-                        _ => {}
-                    }
-                }
+                biased;
+                r = read_line(&mut rd, &mut line) => match r {
+                    Ok(()) => t.event(&line),
+                    Err(e) => break Err(e),
+                },
+                _ = &mut stop_rx => break Ok(()),
             }
+        };
+        if let Err(e) = stopped {
+            return (t.times, Some(e));
         }
-        times
+        // Stopped: take what is already on its way (up to 200 ms of
+        // quiet), so the last BUILT events are not lost.
+        while let Ok(Ok(())) =
+            tokio::time::timeout(Duration::from_millis(200), read_line(&mut rd, &mut line)).await
+        {
+            t.event(&line);
+        }
+        (t.times, None)
     });
     Ok(CircuitWatch {
         stop: Some(stop_tx),
@@ -319,9 +378,70 @@ mod tests {
         }
     }
 
-    /// A fake control port: checks the cookie, then reports two circuits
-    /// (one built, one failed), a timeout-measuring circuit and one
-    /// created before the watch began: only the first counts.
+    /// Unix seconds as tor's `TIME_CREATED` (UTC, microseconds).
+    fn iso(unix: f64) -> String {
+        let secs = unix.floor() as i64;
+        let usec = ((unix - secs as f64) * 1e6) as i64;
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        // Civil date from days (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{usec:06}",
+            rem / 3600,
+            rem / 60 % 60,
+            rem % 60
+        )
+    }
+
+    /// A fake tor control port: checks the cookie and SETEVENTS, writes
+    /// `first`, waits 30 ms, writes `second`, then holds the connection
+    /// for `hold`.
+    async fn fake_tor(l: tokio::net::TcpListener, first: String, second: String, hold: Duration) {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 256];
+        while !got.ends_with(b"\r\n") {
+            let n = s.read(&mut b).await.unwrap();
+            got.extend_from_slice(&b[..n]);
+        }
+        let want = format!("AUTHENTICATE {}\r\n", hex::encode([7u8; 32]));
+        assert_eq!(String::from_utf8_lossy(&got), want);
+        s.write_all(b"250 OK\r\n").await.unwrap();
+        got.clear();
+        while !got.ends_with(b"\r\n") {
+            let n = s.read(&mut b).await.unwrap();
+            got.extend_from_slice(&b[..n]);
+        }
+        assert_eq!(&got, b"SETEVENTS CIRC\r\n");
+        s.write_all(b"250 OK\r\n").await.unwrap();
+        s.write_all(first.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        s.write_all(second.as_bytes()).await.unwrap();
+        tokio::time::sleep(hold).await;
+    }
+
+    #[test]
+    fn iso_round_trip() {
+        for t in [0.0, 951_868_801.5, 1_795_428_000.25, 4_102_444_799.999_999] {
+            let back = parse_iso_usec(&iso(t)).unwrap();
+            assert!((back - t).abs() < 2e-6, "{t} {} {back}", iso(t));
+        }
+        assert_eq!(iso(1_795_428_000.25), "2026-11-23T10:00:00.250000");
+    }
+
+    /// Circuits: 1 built after 30 ms (no TIME_CREATED: timed from
+    /// LAUNCHED), 2 failed, 3 timeout-measuring, 4 built but never seen
+    /// launched, 5 created 500 ms before (TIME_CREATED), 6 one-hop, and
+    /// 1 reported BUILT again after a later extension: only 1 and 5
+    /// count, once each.
     #[tokio::test]
     async fn watch_against_a_fake_control_port() {
         let tmp = tempfile::tempdir().unwrap();
@@ -329,41 +449,56 @@ mod tests {
         std::fs::write(&cookie_path, [7u8; 32]).unwrap();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut got = Vec::new();
-            let mut b = [0u8; 256];
-            while !got.ends_with(b"\r\n") {
-                let n = s.read(&mut b).await.unwrap();
-                got.extend_from_slice(&b[..n]);
-            }
-            let want = format!("AUTHENTICATE {}\r\n", hex::encode([7u8; 32]));
-            assert_eq!(String::from_utf8_lossy(&got), want);
-            s.write_all(b"250 OK\r\n").await.unwrap();
-            got.clear();
-            while !got.ends_with(b"\r\n") {
-                let n = s.read(&mut b).await.unwrap();
-                got.extend_from_slice(&b[..n]);
-            }
-            assert_eq!(&got, b"SETEVENTS CIRC\r\n");
-            s.write_all(b"250 OK\r\n").await.unwrap();
-            s.write_all(b"650 CIRC 1 LAUNCHED PURPOSE=GENERAL\r\n650 CIRC 2 LAUNCHED PURPOSE=GENERAL\r\n650 CIRC 3 LAUNCHED PURPOSE=MEASURE_TIMEOUT\r\n")
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            s.write_all(b"650 CIRC 1 EXTENDED $A~a PURPOSE=GENERAL\r\n650 CIRC 1 BUILT $A~a,$B~b,$C~c PURPOSE=GENERAL\r\n650 CIRC 2 FAILED PURPOSE=GENERAL REASON=TIMEOUT\r\n650 CIRC 3 BUILT $A~a PURPOSE=MEASURE_TIMEOUT\r\n650 CIRC 4 BUILT $A~a PURPOSE=GENERAL TIME_CREATED=2020-01-01T00:00:00.000000\r\n")
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        });
+        let created = iso(now_unix() - 0.5);
+        let first = format!(
+            "650 CIRC 1 LAUNCHED PURPOSE=GENERAL\r\n\
+             650 CIRC 2 LAUNCHED PURPOSE=GENERAL\r\n\
+             650 CIRC 3 LAUNCHED PURPOSE=MEASURE_TIMEOUT\r\n\
+             650 CIRC 5 LAUNCHED BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED={created}\r\n\
+             650 CIRC 6 LAUNCHED BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL,NEED_CAPACITY PURPOSE=GENERAL\r\n"
+        );
+        let second = format!(
+            "650 CIRC 1 EXTENDED $A~a PURPOSE=GENERAL\r\n\
+             650 CIRC 1 BUILT $A~a,$B~b,$C~c PURPOSE=GENERAL\r\n\
+             650 CIRC 2 FAILED PURPOSE=GENERAL REASON=TIMEOUT\r\n\
+             650 CIRC 3 BUILT $A~a PURPOSE=MEASURE_TIMEOUT\r\n\
+             650 CIRC 4 BUILT $A~a PURPOSE=GENERAL TIME_CREATED=2020-01-01T00:00:00.000000\r\n\
+             650 CIRC 5 BUILT $A~a,$B~b,$C~c BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED={created}\r\n\
+             650 CIRC 6 BUILT $A~a BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL,NEED_CAPACITY PURPOSE=GENERAL\r\n\
+             650 CIRC 1 BUILT $A~a,$B~b,$D~d PURPOSE=GENERAL\r\n"
+        );
+        let server = tokio::spawn(fake_tor(l, first, second, Duration::from_secs(2)));
         let w = watch_circuits(addr, &cookie_path, Duration::from_secs(5))
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let times = w.finish().await;
-        assert_eq!(times.len(), 1, "{times:?}");
-        assert!(times[0] >= 25.0 && times[0] < 5000.0, "{times:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = w.finish().await;
+        assert!(seen.ended_early.is_none(), "{seen:?}");
+        let times = seen.build_ms;
+        assert_eq!(times.len(), 2, "{times:?}");
+        assert!(times[0] >= 25.0 && times[0] < 400.0, "{times:?}");
+        assert!(times[1] >= 480.0 && times[1] < 2000.0, "{times:?}");
         server.await.unwrap();
+
+        // Tor going away mid-run is reported, not hidden.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(fake_tor(
+            l,
+            String::new(),
+            String::new(),
+            Duration::from_millis(10),
+        ));
+        let w = watch_circuits(addr, &cookie_path, Duration::from_secs(5))
+            .await
+            .unwrap();
+        server.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let seen = w.finish().await;
+        assert!(
+            seen.ended_early.as_deref().unwrap_or("").contains("closed"),
+            "{seen:?}"
+        );
 
         // A wrong-sized cookie and a refused one: clear errors.
         std::fs::write(&cookie_path, [1u8; 5]).unwrap();

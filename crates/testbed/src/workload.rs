@@ -200,7 +200,6 @@ async fn fresh_client_access(
             None,
             1000,
             0,
-            false,
             left.min(Duration::from_secs(20)),
             &mut attempt,
         )
@@ -531,8 +530,8 @@ async fn open(
     https: bool,
     timeout: Duration,
 ) -> Result<(Conn, Opened), String> {
-    let t0 = Instant::now();
     if !https {
+        let t0 = Instant::now();
         let s = connect(ep, ep.http, user, timeout).await?;
         return Ok((
             Box::new(s),
@@ -545,12 +544,14 @@ async fn open(
     let (Some(addr), Some(ca)) = (ep.https, ep.tls_ca.as_ref()) else {
         return Err("the sink serves no HTTPS (network started by an older onionmix?)".into());
     };
+    // TLS set-up before the clock starts: only the network is timed.
     let pem = std::fs::read(ca).map_err(|e| format!("sink CA {}: {e}", ca.display()))?;
     let cfg = crate::sink::client_tls(&pem)?;
-    let s = connect(ep, addr, user, timeout).await?;
-    let connected = t0.elapsed();
     let name = rustls::pki_types::ServerName::try_from(crate::sink::SINK_HOSTNAME)
         .map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let s = connect(ep, addr, user, timeout).await?;
+    let connected = t0.elapsed();
     let tls = tokio::time::timeout(
         timeout,
         tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)).connect(name, s),
@@ -666,33 +667,25 @@ fn fill(r: &mut Record, x: &Exchange) {
     }
 }
 
-/// One HTTP(S) fetch on a new connection; fills `r` with ttfb/ttlb (from
-/// before the connect), the 0.5-1 MiB throughput, and for HTTPS the TLS
-/// handshake time.
+/// One HTTP fetch on a new connection; fills `r` with ttfb/ttlb (from
+/// before the connect) and the 0.5-1 MiB throughput.
 async fn fetch(
     ep: &Endpoint,
     user: Option<&str>,
     n: u64,
     pad: usize,
-    https: bool,
     timeout: Duration,
     r: &mut Record,
 ) {
     let t0 = Instant::now();
     let work = async {
-        let (mut s, opened) = open(ep, user, https, timeout).await?;
-        let x = exchange(&mut s, n, pad, true, t0).await?;
-        Ok::<_, String>((x, opened))
+        let (mut s, _) = open(ep, user, false, timeout).await?;
+        exchange(&mut s, n, pad, true, t0).await
     };
     match tokio::time::timeout(timeout, work).await {
         Err(_) => r.error = Some("timeout".into()),
         Ok(Err(e)) => r.error = Some(e),
-        Ok(Ok((x, opened))) => {
-            fill(r, &x);
-            if let Some(t) = opened.tls {
-                r.metrics.insert("tls_handshake_ms".into(), ms(t));
-            }
-        }
+        Ok(Ok(x)) => fill(r, &x),
     }
 }
 
@@ -793,7 +786,7 @@ pub async fn run_once(
             for &size in &cfg.sizes {
                 let user = cfg.fresh_circuit.then(|| isolation("bulk"));
                 let mut r = record(cfg, ep, run, "transfer", Some(size));
-                fetch(ep, user.as_deref(), size, 0, false, timeout, &mut r).await;
+                fetch(ep, user.as_deref(), size, 0, timeout, &mut r).await;
                 out.push(r);
                 tick();
             }
@@ -819,16 +812,7 @@ pub async fn run_once(
                     let user = (cfg.parallel > 1).then(|| format!("om-reliability-{i}"));
                     let mut r = record(cfg, ep, run, "transfer", Some(cfg.page_bytes));
                     r.metrics.insert("fetcher".into(), i as f64);
-                    fetch(
-                        ep,
-                        user.as_deref(),
-                        cfg.page_bytes,
-                        0,
-                        false,
-                        timeout,
-                        &mut r,
-                    )
-                    .await;
+                    fetch(ep, user.as_deref(), cfg.page_bytes, 0, timeout, &mut r).await;
                     r
                 })
                 .collect();
@@ -844,11 +828,11 @@ pub async fn run_once(
             // Warm client, new circuit: a fresh isolation username.
             let user = isolation("access");
             let mut r = record(cfg, ep, run, "new-circuit", Some(1000));
-            fetch(ep, Some(&user), 1000, 0, false, timeout, &mut r).await;
+            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
             out.push(r);
             // The same circuit again.
             let mut r = record(cfg, ep, run, "reused-circuit", Some(1000));
-            fetch(ep, Some(&user), 1000, 0, false, timeout, &mut r).await;
+            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
             out.push(r);
             tick();
         }
@@ -968,35 +952,70 @@ async fn goodput(
             "GET /stream/{} HTTP/1.1\r\nHost: sink\r\nConnection: close\r\n\r\n",
             crate::sink::MAX_BYTES
         );
+        let end = warm + span;
         let mut buf = vec![0u8; 64 * 1024];
         let mut counted = 0u64;
         // A fast path (the direct baseline on loopback) can finish a whole
         // 1 GiB response within the window: then the next one is fetched
         // on a new connection. A response that ends short is an error.
         'conn: loop {
-            let mut s = connect(ep, ep.http, Some(&user), timeout).await?;
-            s.write_all(req.as_bytes())
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut got = 0u64;
+            let left = end.saturating_sub(t0.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let mut s = connect(ep, ep.http, Some(&user), timeout.min(left)).await?;
+            match tokio::time::timeout(
+                end.saturating_sub(t0.elapsed()),
+                s.write_all(req.as_bytes()),
+            )
+            .await
+            {
+                Err(_) => break,
+                Ok(r) => r.map_err(|e| e.to_string())?,
+            }
+            // Bytes of the response head still to skip (only body bytes
+            // count), then body bytes received.
+            let mut head: Vec<u8> = Vec::new();
+            let mut in_head = true;
+            let mut body = 0u64;
             loop {
-                let left = (warm + span).saturating_sub(t0.elapsed());
+                let left = end.saturating_sub(t0.elapsed());
                 if left.is_zero() {
                     break 'conn;
                 }
-                match tokio::time::timeout(left, s.read(&mut buf)).await {
+                let k = match tokio::time::timeout(left, s.read(&mut buf)).await {
                     Err(_) => break 'conn,
-                    Ok(Ok(0)) if got >= crate::sink::MAX_BYTES => continue 'conn,
-                    Ok(Ok(0)) => return Err(format!("stream ended early (after {got} bytes)")),
-                    Ok(Ok(k)) => {
-                        got += k as u64;
-                        if t0.elapsed() >= warm {
-                            counted += k as u64;
-                        }
+                    Ok(Ok(0)) if body == crate::sink::MAX_BYTES => continue 'conn,
+                    Ok(Ok(0)) => {
+                        return Err(format!("stream ended early (after {body} body bytes)"));
                     }
+                    Ok(Ok(k)) => k,
                     Ok(Err(e)) => return Err(e.to_string()),
+                };
+                let mut chunk = &buf[..k];
+                if in_head {
+                    head.extend_from_slice(chunk);
+                    let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        if head.len() > 16 * 1024 {
+                            return Err("response head too long".into());
+                        }
+                        continue;
+                    };
+                    if !head.starts_with(b"HTTP/1.1 200") {
+                        return Err("sink refused the stream".into());
+                    }
+                    let already = head.len() - (p + 4);
+                    chunk = &chunk[k - already..];
+                    in_head = false;
+                }
+                body += chunk.len() as u64;
+                if t0.elapsed() >= warm {
+                    counted += chunk.len() as u64;
                 }
             }
+        }
+        if counted == 0 {
+            return Err("no bytes within the measured window".into());
         }
         Ok::<u64, String>(counted)
     };
