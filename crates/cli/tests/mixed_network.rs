@@ -58,6 +58,7 @@ fn stock_client(info: &NetworkInfo, dir: &Path, path: [&str; 3]) -> (Extra, Sock
         .filter(|l| {
             !l.starts_with("DataDirectory")
                 && !l.starts_with("SocksPort")
+                && !l.starts_with("ControlPort")
                 && !l.starts_with("Nickname")
         })
         .map(|l| format!("{l}\n"))
