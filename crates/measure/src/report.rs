@@ -190,11 +190,9 @@ fn code(s: &str) -> String {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` for Unix seconds.
-fn utc(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    // Howard Hinnant's civil_from_days.
+/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
+/// civil_from_days).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -203,7 +201,13 @@ fn utc(unix: u64) -> String {
     let mp = (5 * doy + 2) / 153;
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` for Unix seconds.
+fn utc(unix: u64) -> String {
+    let secs = unix % 86_400;
+    let (year, month, day) = civil_from_days((unix / 86_400) as i64);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
         secs / 3600,

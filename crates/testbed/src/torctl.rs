@@ -383,16 +383,7 @@ mod tests {
         let secs = unix.floor() as i64;
         let usec = ((unix - secs as f64) * 1e6) as i64;
         let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        // Civil date from days (Howard Hinnant's algorithm).
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let d = doy - (153 * mp + 2) / 5 + 1;
-        let m = if mp < 10 { mp + 3 } else { mp - 9 };
-        let y = yoe + era * 400 + i64::from(m <= 2);
+        let (y, m, d) = onionmix_measure::report::civil_from_days(days);
         format!(
             "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{usec:06}",
             rem / 3600,
