@@ -3,12 +3,12 @@
 //! prints the timing table and stops every process it started.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+mod common_net;
 
 #[test]
 fn main_job_runs_an_onionmix_network() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_onionmix"))
+    let out = common_net::onionmix_cmd()
         .args(["demo", "--runs", "2", "--sizes", "51200,1048576", "--dir"])
         .arg(tmp.path())
         .output()

@@ -3,8 +3,10 @@
 //! removes the stale state; without privileges the emulator says so and
 //! points at the unemulated loopback mode. Needs root.
 
+mod common_net;
+
 use onionmix_emu::run::EmuConfig;
-use onionmix_emu::testkit::{TestNet, privileged_or_skip};
+use onionmix_emu::testkit::TestNet;
 use onionmix_emu::{LinkProfile, Topology, netns};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -49,7 +51,8 @@ fn config(state: &Path, registry: &Path) -> EmuConfig {
 
 #[test]
 fn emu_stop_and_crash_leave_nothing_behind() {
-    if !privileged_or_skip("emu_stop_and_crash_leave_nothing_behind") {
+    let _serial = common_net::serial();
+    if !common_net::emulator_available("emu_stop_and_crash_leave_nothing_behind") {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -153,7 +156,8 @@ fn emu_stop_and_crash_leave_nothing_behind() {
 
 #[test]
 fn emu_without_privileges_says_so_and_offers_loopback_mode() {
-    if !privileged_or_skip("emu_without_privileges_says_so_and_offers_loopback_mode") {
+    let _serial = common_net::serial();
+    if !common_net::emulator_available("emu_without_privileges_says_so_and_offers_loopback_mode") {
         return;
     }
     if Command::new("setpriv").arg("--version").output().is_err() {

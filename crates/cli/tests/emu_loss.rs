@@ -3,8 +3,10 @@
 //! same packets, another seed other packets; every drop is the emulator's
 //! own (its counters account for every packet sent). Needs root.
 
+mod common_net;
+
 use onionmix_emu::probe::{UdpSinkResult, UdpSourceResult};
-use onionmix_emu::testkit::{TestNet, privileged_or_skip};
+use onionmix_emu::testkit::TestNet;
 use onionmix_emu::{LinkProfile, NodeSpec, PairOverride, ProfileRef, Topology};
 use std::path::Path;
 use std::time::Duration;
@@ -111,7 +113,7 @@ fn run(seed: u64) -> Vec<Vec<u32>> {
 
 #[test]
 fn emu_loss_rate_in_binomial_interval_and_reproducible() {
-    if !privileged_or_skip("emu_loss_rate_in_binomial_interval_and_reproducible") {
+    if !common_net::emulator_available("emu_loss_rate_in_binomial_interval_and_reproducible") {
         return;
     }
     let a = run(4242);

@@ -6,8 +6,10 @@
 //! endpoint. This is the recipe the launcher integration follows (see
 //! docs/emulator.md). Needs root and stock tor (`apt-get install tor`).
 
+mod common_net;
+
 use onionmix_emu::probe::{ChildGuard, body_byte};
-use onionmix_emu::testkit::{REQUIRE_ENV, TestNet, privileged_or_skip};
+use onionmix_emu::testkit::TestNet;
 use onionmix_emu::{LinkProfile, NodeSpec, Topology};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -24,23 +26,6 @@ const DELAY_MS: f64 = 20.0;
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_onionmix"))
-}
-
-fn tor_available() -> bool {
-    let ok = |c: &str| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if ok("tor") && Command::new("tor-gencert").arg("--help").output().is_ok() {
-        return true;
-    }
-    if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-        panic!("{REQUIRE_ENV}=1 but stock tor is missing: apt-get install -y tor");
-    }
-    eprintln!("SKIP emu_tor: stock tor not installed (apt-get install -y tor)");
-    false
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -209,7 +194,9 @@ fn download(socks: SocketAddr, target: SocketAddr, n: u64) -> std::io::Result<(D
 
 #[test]
 fn emu_tor_basic_20ms_bootstraps_and_downloads() {
-    if !privileged_or_skip("emu_tor_basic_20ms_bootstraps_and_downloads") || !tor_available() {
+    if !common_net::emulator_available("emu_tor_basic_20ms_bootstraps_and_downloads")
+        || !common_net::tor_available("emu_tor_basic_20ms_bootstraps_and_downloads")
+    {
         return;
     }
     let mut plan = vec![];

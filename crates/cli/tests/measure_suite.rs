@@ -9,13 +9,9 @@
 mod common_net;
 
 use std::path::Path;
-use std::process::Command;
 
 fn onionmix(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_onionmix"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = common_net::onionmix_cmd().args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).to_string(),
@@ -60,6 +56,7 @@ fn check_outputs(out: &Path, workload: &str) {
 
 #[test]
 fn every_workload_on_a_stock_tor_testnet() {
+    let _serial = common_net::serial();
     if !common_net::tor_available("every_workload_on_a_stock_tor_testnet") {
         return;
     }
@@ -246,6 +243,7 @@ fn every_workload_on_a_stock_tor_testnet() {
 
 #[test]
 fn compare_onionmix_and_stock_networks() {
+    let _serial = common_net::serial();
     if !common_net::tor_available("compare_onionmix_and_stock_networks") {
         return;
     }

@@ -17,16 +17,12 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use onionmix_mix::directory::Directory;
 use onionmix_mix::loopix::codec::{self, Dest, Hop, Profile, ProfileKind, RoutingEntry};
 use onionmix_mix::loopix::config::Role;
 use onionmix_mix::testnet::{self, LoopixSpec, ProcessSpec};
-
-/// Networks are heavy for a 2-core machine: run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -204,7 +200,7 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 /// Sends real messages around the ring, with one client offline until the
 /// rest are delivered, then checks loops and rates.
 fn run_network(spec: LoopixSpec, python_injection: bool) {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = onionmix_testsupport::serial();
     let mut net = Network::generate(&spec);
     net.start_infrastructure();
     let clients = net.clients();
@@ -324,21 +320,7 @@ fn run_network(spec: LoopixSpec, python_injection: bool) {
 /// Builds a packet with Python sphinxmix along a real path of our nodes and
 /// sends it to the first hop. Returns the expected delivery.
 fn inject_python_packet(net: &Network, from: &str, to: &str) -> Option<(String, Vec<u8>)> {
-    let py = std::env::var_os("ONIONMIX_SPHINXMIX_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv/bin/python"));
-    if !py.exists() {
-        let msg = format!(
-            "SKIP python injection: sphinxmix venv not found at {} (run `bash scripts/sphinxmix/setup-venv.sh`)",
-            py.display()
-        );
-        assert!(
-            std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() != Ok("1"),
-            "{msg} but ONIONMIX_REQUIRE_INTEROP=1"
-        );
-        eprintln!("{msg}");
-        return None;
-    }
+    let py = onionmix_testsupport::sphinxmix_python("mix_loopix python injection")?;
     let d = &net.dir;
     let sender = d.client(from).expect("sender");
     let recv = d.client(to).expect("recipient");
@@ -414,7 +396,7 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn loopix_faults() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = onionmix_testsupport::serial();
     let mut spec = load_spec("loopix.toml");
     spec.clients = 4;
     spec.providers = 2;

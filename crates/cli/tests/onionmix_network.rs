@@ -173,6 +173,7 @@ async fn wait_for_socks(
 
 #[test]
 fn onionmix_basic_network() {
+    let _serial = common_net::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("net");
     let net = start("onionmix-basic", &dir);
@@ -370,6 +371,7 @@ fn onionmix_basic_network() {
 
 #[test]
 fn stock_tor_client_on_onionmix_authorities() {
+    let _serial = common_net::serial();
     if !tor_available("stock_tor_client_on_onionmix_authorities") {
         return;
     }

@@ -11,11 +11,12 @@ use onionmix_testbed::netinfo::NetworkInfo;
 use onionmix_testbed::proc;
 
 fn onionmix() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_onionmix"))
+    common_net::onionmix_cmd()
 }
 
 #[test]
 fn tor_basic_start_status_stop() {
+    let _serial = common_net::serial();
     if !common_net::tor_available("tor_basic_start_status_stop") {
         return;
     }
@@ -111,6 +112,7 @@ fn tor_basic_start_status_stop() {
 
 #[test]
 fn failing_node_is_named_with_its_log() {
+    let _serial = common_net::serial();
     if !common_net::tor_available("failing_node_is_named_with_its_log") {
         return;
     }

@@ -12,25 +12,12 @@ use std::time::Duration;
 use onionmix_testbed::netinfo::NetworkInfo;
 use onionmix_testbed::proc;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn tor_basic_20ms_through_the_emulator() {
-    if !common_net::tor_available("tor_basic_20ms_through_the_emulator") {
-        return;
-    }
-    if !is_root() {
-        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!("link emulation needs root (ONIONMIX_REQUIRE_INTEROP=1)");
-        }
-        eprintln!("SKIP tor_basic_20ms_through_the_emulator: needs root for network namespaces");
+    let _serial = common_net::serial();
+    if !common_net::tor_available("tor_basic_20ms_through_the_emulator")
+        || !common_net::emulator_available("tor_basic_20ms_through_the_emulator")
+    {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -91,14 +78,10 @@ fn tor_basic_20ms_through_the_emulator() {
 /// emulator and both clients carry a verified download.
 #[test]
 fn mixed_20ms_through_the_emulator() {
-    if !common_net::tor_available("mixed_20ms_through_the_emulator") {
-        return;
-    }
-    if !is_root() {
-        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!("link emulation needs root (ONIONMIX_REQUIRE_INTEROP=1)");
-        }
-        eprintln!("SKIP mixed_20ms_through_the_emulator: needs root for network namespaces");
+    let _serial = common_net::serial();
+    if !common_net::tor_available("mixed_20ms_through_the_emulator")
+        || !common_net::emulator_available("mixed_20ms_through_the_emulator")
+    {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -133,13 +116,8 @@ fn mixed_20ms_through_the_emulator() {
 /// hostname with the 4 emulated links each way in its first byte.
 #[test]
 fn onionmix_basic_20ms_through_the_emulator() {
-    if !is_root() {
-        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!("link emulation needs root (ONIONMIX_REQUIRE_INTEROP=1)");
-        }
-        eprintln!(
-            "SKIP onionmix_basic_20ms_through_the_emulator: needs root for network namespaces"
-        );
+    let _serial = common_net::serial();
+    if !common_net::emulator_available("onionmix_basic_20ms_through_the_emulator") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -13,24 +13,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use onionmix_crypto::certs::Ed25519Cert;
 use onionmix_crypto::keys::{RelayKeys, decode_tagged};
 
-fn tor_available(bin: &str) -> bool {
-    let ok = Command::new(bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !ok {
-        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!(
-                "`{bin}` not found but ONIONMIX_REQUIRE_INTEROP=1 (install with: apt-get install tor)"
-            );
-        }
-        eprintln!("SKIP: `{bin}` not installed (install with: apt-get install tor)");
-    }
-    ok
-}
-
 /// Kills the child on drop (also on panic).
 struct Guard(Child);
 impl Drop for Guard {
@@ -96,7 +78,7 @@ fn now() -> u64 {
 
 #[test]
 fn tor_written_keys_load() {
-    if !tor_available("tor") {
+    if !onionmix_testsupport::tor_available("tor_interop") {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -125,7 +107,7 @@ fn tor_written_keys_load() {
 
 #[test]
 fn our_keys_accepted_by_tor() {
-    if !tor_available("tor") {
+    if !onionmix_testsupport::tor_available("tor_interop") {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -105,6 +105,19 @@ pub struct LinkCounters {
     pub queue_hwm_bytes: u64,
     /// Packets deliberately reordered.
     pub reordered: u64,
+    /// Smallest and largest one-way delay (base delay plus jitter) the link
+    /// decided for a packet, in microseconds; queueing and deliberate
+    /// reordering are not included. `None` before the first packet passed.
+    /// Tests check timing against these, the emulator's own decisions, so
+    /// that scheduling noise at the endpoints does not fail them.
+    #[serde(default)]
+    pub delay_min_us: Option<u64>,
+    #[serde(default)]
+    pub delay_max_us: Option<u64>,
+    /// Longest time a packet waited in the rate limiter's queue, in
+    /// microseconds (0 without a rate limit).
+    #[serde(default)]
+    pub queue_delay_max_us: u64,
 }
 
 /// Counters for the whole emulator.
@@ -354,6 +367,10 @@ impl Link {
             return Err(d);
         }
         let depart = self.shape(t, len)?;
+        self.c.queue_delay_max_us = self
+            .c
+            .queue_delay_max_us
+            .max(depart.saturating_sub(t) / 1000);
         let base = depart + self.p.delay;
         let j = self.jitter(depart);
         let mut out = if j >= 0 {
@@ -365,11 +382,19 @@ impl Link {
             && self.reorder_rng.chance(prob)
         {
             self.c.reordered += 1;
+            self.note_delay(out - depart);
             return Ok(out + extra);
         }
         out = out.max(self.last_out);
         self.last_out = out;
+        self.note_delay(out - depart);
         Ok(out)
+    }
+
+    fn note_delay(&mut self, ns: Nanos) {
+        let us = ns / 1000;
+        self.c.delay_min_us = Some(self.c.delay_min_us.map_or(us, |m| m.min(us)));
+        self.c.delay_max_us = Some(self.c.delay_max_us.map_or(us, |m| m.max(us)));
     }
 }
 
@@ -807,6 +832,11 @@ mod tests {
         assert_eq!(read_tag(&d.pkt), 7);
         let c = e.core_counters("a", "b").expect("link");
         assert_eq!((c.rx_packets, c.tx_packets), (1, 1));
+        assert_eq!(
+            (c.delay_min_us, c.delay_max_us),
+            (Some(20_000), Some(20_000))
+        );
+        assert_eq!(c.queue_delay_max_us, 0);
     }
 
     #[test]
@@ -862,6 +892,10 @@ mod tests {
             assert!(below > 1500, "{dist:?}: only {below} below the mean");
             let c = e.core_counters("a", "b").expect("link");
             assert_eq!(c.reordered, 0);
+            // The link's own record of what it decided spans the range.
+            let (lo, hi) = (c.delay_min_us.expect("min"), c.delay_max_us.expect("max"));
+            assert!(lo >= 15_000 && hi <= 25_000, "{lo}..{hi}");
+            assert!(hi - lo >= 5_000, "{dist:?}: jitter spread {lo}..{hi}");
         }
     }
 
@@ -986,6 +1020,9 @@ mod tests {
         assert_eq!(c.drop_queue, 19);
         assert!(c.queue_hwm_bytes <= 12_500);
         assert_eq!(c.queue_hwm_bytes, 12_500);
+        // The last packet waited for the ten before it: 10 ms less the
+        // 0.28 ms the first one's tokens gave.
+        assert_eq!(c.queue_delay_max_us, 9_720);
         // The first leaves at once on its tokens; the second waits for the
         // 900 bytes the first left missing (0.72 ms); then exactly 1 ms apart.
         for (k, (due, _)) in out.iter().enumerate() {

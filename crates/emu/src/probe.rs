@@ -84,6 +84,16 @@ impl RttResult {
     pub fn median_us(&self) -> f64 {
         median(&self.samples_us)
     }
+
+    /// The `q`-quantile (0..=1) of the samples by nearest rank; 0 if none.
+    /// Tests bound percentiles, not maxima: one sample delayed by the
+    /// scheduler on a busy machine says nothing about the emulator.
+    pub fn percentile_us(&self, q: f64) -> u64 {
+        let mut s = self.samples_us.clone();
+        s.sort_unstable();
+        let rank = (q.clamp(0.0, 1.0) * s.len() as f64).ceil() as usize;
+        s.get(rank.saturating_sub(1)).copied().unwrap_or(0)
+    }
 }
 
 pub fn median(v: &[u64]) -> f64 {

@@ -1,9 +1,7 @@
 //! Helpers for tests and benchmarks that run real traffic through the
-//! emulator: the root check with the project's skip/require policy, and a
-//! [`TestNet`] that starts an emulator process and runs probe programs
+//! emulator: a [`TestNet`] that starts an emulator process and runs probe programs
 //! inside its namespaces (`<onionmix> emulator probe ...`).
 
-use crate::netns;
 use crate::probe::{self, ChildGuard};
 use crate::profile::Topology;
 use crate::run::{self, EmuConfig, EmulatorHandle};
@@ -13,26 +11,6 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The environment variable that turns "skip" into "fail".
-pub const REQUIRE_ENV: &str = "ONIONMIX_REQUIRE_INTEROP";
-
-/// True if the emulator can run here. Otherwise prints a skip message and
-/// returns false, or panics when `ONIONMIX_REQUIRE_INTEROP=1`.
-pub fn privileged_or_skip(test: &str) -> bool {
-    match netns::check_privileges() {
-        Ok(()) => true,
-        Err(e) => {
-            if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-                panic!("{test}: {REQUIRE_ENV}=1 but the link emulator cannot run: {e}");
-            }
-            eprintln!(
-                "SKIP {test}: the link emulator needs root (run the tests as root, e.g. `sudo -E cargo test -p onionmix --test emu_...`): {e}"
-            );
-            false
-        }
-    }
-}
 
 /// A running emulator plus the binary that provides the probe programs.
 pub struct TestNet {

@@ -1,5 +1,8 @@
-//! Application front ends. For now: a sans-IO SOCKS5 server codec (RFC 1928,
-//! RFC 1929 and Tor's socks-extensions.txt: RESOLVE, RESOLVE_PTR, and
-//! username/password used for stream isolation).
+//! Application front ends: a sans-IO SOCKS server codec (SOCKS5 per RFC 1928
+//! and RFC 1929, SOCKS4 and SOCKS4a, and Tor's socks-extensions.txt:
+//! RESOLVE, RESOLVE_PTR, extended onion-service errors, username/password
+//! used for stream isolation), and the rules for which names may leave the
+//! client (`.onion` and `.exit` never do).
 
+pub mod addr;
 pub mod socks;

@@ -1,8 +1,10 @@
-//! SOCKS5 server side, sans-IO.
+//! SOCKS server side (SOCKS5, SOCKS4 and SOCKS4a, with tor's RESOLVE and
+//! RESOLVE_PTR extensions), sans-IO.
 //!
 //! Feed the bytes a SOCKS client sends into [`SocksHandshake::handle`]; it
 //! returns bytes to write back, and eventually a [`SocksRequest`]. The
-//! driver then opens the stream and writes [`reply`] with the outcome.
+//! driver then opens the stream and writes [`SocksRequest::reply`] with the
+//! outcome (in the client's SOCKS version).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -28,6 +30,41 @@ pub mod reply_code {
     pub const COMMAND_NOT_SUPPORTED: u8 = 0x07;
     /// Address type not supported.
     pub const ADDRTYPE_NOT_SUPPORTED: u8 = 0x08;
+    /// Tor's extended errors for onion services (prop 304,
+    /// socks-extensions.txt), sent only on ports with `ExtendedErrors`.
+    /// Onion service descriptor not found.
+    pub const ONION_DESC_NOT_FOUND: u8 = 0xF0;
+    /// Onion service descriptor invalid.
+    pub const ONION_DESC_INVALID: u8 = 0xF1;
+    /// Onion service introduction failed.
+    pub const ONION_INTRO_FAILED: u8 = 0xF2;
+    /// Onion service rendezvous failed.
+    pub const ONION_REND_FAILED: u8 = 0xF3;
+    /// Onion service client authorization missing.
+    pub const ONION_MISSING_CLIENT_AUTH: u8 = 0xF4;
+    /// Onion service client authorization wrong.
+    pub const ONION_WRONG_CLIENT_AUTH: u8 = 0xF5;
+    /// Invalid onion service address.
+    pub const ONION_BAD_ADDRESS: u8 = 0xF6;
+    /// Onion service introduction timed out.
+    pub const ONION_INTRO_TIMEDOUT: u8 = 0xF7;
+}
+
+/// SOCKS4 reply codes.
+pub mod socks4_code {
+    /// Request granted.
+    pub const GRANTED: u8 = 90;
+    /// Request rejected or failed.
+    pub const REJECTED: u8 = 91;
+}
+
+/// The SOCKS version a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocksVersion {
+    /// SOCKS4 or SOCKS4a.
+    V4,
+    /// SOCKS5.
+    V5,
 }
 
 /// Map a relay END reason to the SOCKS5 reply a stock tor client would give.
@@ -62,14 +99,48 @@ pub struct SocksRequest {
     pub host: TargetHost,
     /// Target port.
     pub port: u16,
-    /// Username/password given (used for stream isolation).
+    /// Username/password given (used for stream isolation). For SOCKS4
+    /// the user id, with an empty password, when one was given.
     pub auth: Option<(Vec<u8>, Vec<u8>)>,
+    /// The client's SOCKS version (replies are encoded in it).
+    pub version: SocksVersion,
+}
+
+impl SocksRequest {
+    /// The reply to this request, in the client's SOCKS version. `code` is a
+    /// SOCKS5 code from [`reply_code`]; SOCKS4 clients get "granted" for
+    /// success and "rejected" for anything else.
+    pub fn reply(&self, code: u8, bound: Option<(IpAddr, u16)>) -> Vec<u8> {
+        reply_for(self.version, code, bound)
+    }
+}
+
+/// A reply in `version`'s encoding (see [`SocksRequest::reply`]).
+pub fn reply_for(version: SocksVersion, code: u8, bound: Option<(IpAddr, u16)>) -> Vec<u8> {
+    match version {
+        SocksVersion::V5 => reply(code, bound),
+        SocksVersion::V4 => {
+            let cd = if code == reply_code::SUCCEEDED {
+                socks4_code::GRANTED
+            } else {
+                socks4_code::REJECTED
+            };
+            let (ip, port) = match bound {
+                Some((IpAddr::V4(a), p)) => (a.octets(), p),
+                _ => ([0; 4], 0),
+            };
+            let mut out = vec![0, cd];
+            out.extend_from_slice(&port.to_be_bytes());
+            out.extend_from_slice(&ip);
+            out
+        }
+    }
 }
 
 /// Why a SOCKS handshake failed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum SocksError {
-    /// Not SOCKS5 (SOCKS4 or garbage).
+    /// Not SOCKS4 or SOCKS5 (e.g. an HTTP request sent to a SOCKS port).
     #[error("unsupported SOCKS version {0}")]
     Version(u8),
     /// No acceptable authentication method offered.
@@ -104,6 +175,7 @@ impl SocksError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Greeting,
+    Request4,
     UserPass,
     Request,
     Done,
@@ -120,14 +192,20 @@ pub struct Step {
     pub request: Option<SocksRequest>,
 }
 
-/// Largest message the handshake accepts (a request with a 255-byte name).
-pub const MAX_MSG: usize = 4 + 1 + 255 + 2;
+/// Longest SOCKS4 user id or SOCKS4a hostname accepted (tor's limit on
+/// SOCKS addresses is 256 bytes with the terminating NUL).
+pub const MAX_SOCKS4_FIELD: usize = 255;
+
+/// Largest message the handshake accepts: a SOCKS4a request with a user id
+/// and a hostname of the maximum length (longer than any SOCKS5 message).
+pub const MAX_MSG: usize = 8 + 2 * (MAX_SOCKS4_FIELD + 1);
 
 /// Server side of the SOCKS5 negotiation.
 #[derive(Debug)]
 pub struct SocksHandshake {
     state: State,
     auth: Option<(Vec<u8>, Vec<u8>)>,
+    version: Option<SocksVersion>,
 }
 
 impl Default for SocksHandshake {
@@ -142,6 +220,22 @@ impl SocksHandshake {
         SocksHandshake {
             state: State::Greeting,
             auth: None,
+            version: None,
+        }
+    }
+
+    /// The client's SOCKS version, once its first byte has been seen.
+    pub fn version(&self) -> Option<SocksVersion> {
+        self.version
+    }
+
+    /// The reply to send for a failed handshake, in the client's version,
+    /// if a reply is possible.
+    pub fn error_reply(&self, e: &SocksError) -> Option<Vec<u8>> {
+        match (self.version, e) {
+            (Some(SocksVersion::V5), SocksError::NoMethod) => Some(vec![5, 0xFF]),
+            (Some(v), _) => e.reply_code().map(|c| reply_for(v, c, None)),
+            (None, _) => None,
         }
     }
 
@@ -157,6 +251,7 @@ impl SocksHandshake {
             let rest = &input[step.consumed..];
             let used = match self.state {
                 State::Greeting => self.greeting(rest, &mut step)?,
+                State::Request4 => self.request4(rest, &mut step)?,
                 State::UserPass => self.userpass(rest, &mut step)?,
                 State::Request => self.request(rest, &mut step)?,
                 State::Done => None,
@@ -172,8 +267,14 @@ impl SocksHandshake {
         if b.is_empty() {
             return Ok(None);
         }
-        if b[0] != 5 {
-            return Err(SocksError::Version(b[0]));
+        match b[0] {
+            4 => {
+                self.version = Some(SocksVersion::V4);
+                self.state = State::Request4;
+                return Ok(Some(0));
+            }
+            5 => self.version = Some(SocksVersion::V5),
+            v => return Err(SocksError::Version(v)),
         }
         if b.len() < 2 {
             return Ok(None);
@@ -261,14 +362,7 @@ impl SocksHandshake {
                 }
                 let name = std::str::from_utf8(&b[5..5 + n])
                     .map_err(|_| SocksError::Hostname("not UTF-8".into()))?;
-                // A name that is a literal address is treated as one.
-                let host = if let Ok(ip) = name.parse::<IpAddr>() {
-                    TargetHost::Ip(ip)
-                } else {
-                    validate_hostname(name).map_err(|e| SocksError::Hostname(e.to_string()))?;
-                    TargetHost::Hostname(name.to_ascii_lowercase())
-                };
-                (host, 5 + n)
+                (parse_name(name)?, 5 + n)
             }
             t => return Err(SocksError::AddrType(t)),
         };
@@ -284,10 +378,76 @@ impl SocksHandshake {
             host,
             port,
             auth: self.auth.take(),
+            version: SocksVersion::V5,
         });
         self.state = State::Done;
         Ok(Some(addr_end + 2))
     }
+
+    /// SOCKS4: VN=4 CD DSTPORT DSTIP USERID NUL; SOCKS4a: DSTIP 0.0.0.x
+    /// (x != 0) followed by HOSTNAME NUL.
+    fn request4(&mut self, b: &[u8], step: &mut Step) -> Result<Option<usize>, SocksError> {
+        if b.len() < 8 {
+            return Ok(None);
+        }
+        let cmd = match b[1] {
+            1 => SocksCmd::Connect,
+            0xF0 => SocksCmd::Resolve,
+            0xF1 => SocksCmd::ResolvePtr,
+            c => return Err(SocksError::Command(c)),
+        };
+        let port = u16::from_be_bytes([b[2], b[3]]);
+        let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
+        let Some((user, after_user)) = nul_field(&b[8..])? else {
+            return Ok(None);
+        };
+        let o = ip.octets();
+        let is_4a = o[0] == 0 && o[1] == 0 && o[2] == 0 && o[3] != 0;
+        let (host, used) = if is_4a {
+            let Some((name, after_name)) = nul_field(&b[8 + after_user..])? else {
+                return Ok(None);
+            };
+            let name =
+                std::str::from_utf8(name).map_err(|_| SocksError::Hostname("not UTF-8".into()))?;
+            (parse_name(name)?, 8 + after_user + after_name)
+        } else {
+            (TargetHost::Ip(IpAddr::V4(ip)), 8 + after_user)
+        };
+        if cmd == SocksCmd::Connect && port == 0 {
+            return Err(SocksError::Malformed("port 0"));
+        }
+        if cmd == SocksCmd::ResolvePtr && !matches!(host, TargetHost::Ip(_)) {
+            return Err(SocksError::Malformed("RESOLVE_PTR needs an address"));
+        }
+        step.request = Some(SocksRequest {
+            cmd,
+            host,
+            port,
+            auth: (!user.is_empty()).then(|| (user.to_vec(), Vec::new())),
+            version: SocksVersion::V4,
+        });
+        self.state = State::Done;
+        Ok(Some(used))
+    }
+}
+
+/// A NUL-terminated field of at most [`MAX_SOCKS4_FIELD`] bytes: the field
+/// and the bytes used (with the NUL), or None if the NUL has not arrived.
+fn nul_field(b: &[u8]) -> Result<Option<(&[u8], usize)>, SocksError> {
+    match b.iter().take(MAX_SOCKS4_FIELD + 1).position(|c| *c == 0) {
+        Some(i) => Ok(Some((&b[..i], i + 1))),
+        None if b.len() > MAX_SOCKS4_FIELD => Err(SocksError::Malformed("SOCKS4 field too long")),
+        None => Ok(None),
+    }
+}
+
+/// A hostname from the client: a literal address is treated as one.
+fn parse_name(name: &str) -> Result<TargetHost, SocksError> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(TargetHost::Ip(ip));
+    }
+    validate_hostname(name).map_err(|e| SocksError::Hostname(e.to_string()))?;
+    Ok(TargetHost::Hostname(name.to_ascii_lowercase()))
 }
 
 /// Encode a SOCKS5 reply with a bound address (use `None` for 0.0.0.0:0).
@@ -390,9 +550,91 @@ mod tests {
         assert_eq!(req.unwrap().cmd, SocksCmd::Resolve);
     }
 
+    fn socks4(cmd: u8, port: u16, ip: [u8; 4], user: &[u8], host: Option<&[u8]>) -> Vec<u8> {
+        let mut m = vec![4, cmd];
+        m.extend_from_slice(&port.to_be_bytes());
+        m.extend_from_slice(&ip);
+        m.extend_from_slice(user);
+        m.push(0);
+        if let Some(h) = host {
+            m.extend_from_slice(h);
+            m.push(0);
+        }
+        m
+    }
+
+    #[test]
+    fn socks4_connect_with_user_id() {
+        let (reply, req) = run(&socks4(1, 80, [10, 0, 0, 7], b"alice", None)).unwrap();
+        assert!(reply.is_empty(), "SOCKS4 has no greeting reply");
+        let req = req.unwrap();
+        assert_eq!(req.version, SocksVersion::V4);
+        assert_eq!(req.cmd, SocksCmd::Connect);
+        assert_eq!(req.host, TargetHost::Ip("10.0.0.7".parse().unwrap()));
+        assert_eq!(req.port, 80);
+        assert_eq!(req.auth, Some((b"alice".to_vec(), Vec::new())));
+        assert_eq!(
+            req.reply(
+                reply_code::SUCCEEDED,
+                Some(("10.0.0.7".parse().unwrap(), 80))
+            ),
+            vec![0, 90, 0, 80, 10, 0, 0, 7]
+        );
+        assert_eq!(
+            req.reply(reply_code::HOST_UNREACHABLE, None),
+            vec![0, 91, 0, 0, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn socks4a_hostname_and_resolve() {
+        let (_, req) = run(&socks4(1, 443, [0, 0, 0, 1], b"", Some(b"Example.com"))).unwrap();
+        let req = req.unwrap();
+        assert_eq!(req.host, TargetHost::Hostname("example.com".into()));
+        assert_eq!(req.auth, None);
+        let (_, req) = run(&socks4(0xF0, 0, [0, 0, 0, 9], b"u", Some(b"a.example"))).unwrap();
+        let req = req.unwrap();
+        assert_eq!(req.cmd, SocksCmd::Resolve);
+        // A 4a name that is an address literal is an address.
+        let (_, req) = run(&socks4(1, 80, [0, 0, 0, 1], b"", Some(b"127.0.0.1"))).unwrap();
+        assert_eq!(
+            req.unwrap().host,
+            TargetHost::Ip("127.0.0.1".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn socks4_errors_reply_in_socks4() {
+        let mut h = SocksHandshake::new();
+        let e = h
+            .handle(&socks4(2, 80, [1, 2, 3, 4], b"", None))
+            .unwrap_err();
+        assert_eq!(e, SocksError::Command(2));
+        assert_eq!(h.error_reply(&e), Some(vec![0, 91, 0, 0, 0, 0, 0, 0]));
+        // Port 0, over-long fields.
+        assert!(run(&socks4(1, 0, [1, 2, 3, 4], b"", None)).is_err());
+        let long = vec![b'a'; MAX_SOCKS4_FIELD + 1];
+        assert_eq!(
+            run(&socks4(1, 80, [1, 2, 3, 4], &long, None)).unwrap_err(),
+            SocksError::Malformed("SOCKS4 field too long")
+        );
+        assert_eq!(
+            run(&socks4(1, 80, [0, 0, 0, 1], b"", Some(&long))).unwrap_err(),
+            SocksError::Malformed("SOCKS4 field too long")
+        );
+        let max = vec![b'a'; MAX_SOCKS4_FIELD];
+        let m = socks4(1, 80, [0, 0, 0, 1], &max, Some(b"x.example"));
+        assert!(m.len() <= MAX_MSG);
+        assert!(run(&m).unwrap().1.is_some());
+        // Garbage: no reply is possible.
+        let mut h = SocksHandshake::new();
+        let e = h.handle(b"GET / HTTP/1.1\r\n").unwrap_err();
+        assert_eq!(e, SocksError::Version(b'G'));
+        assert_eq!(h.error_reply(&e), None);
+    }
+
     #[test]
     fn errors() {
-        assert_eq!(run(&[4, 1, 0, 80]).unwrap_err(), SocksError::Version(4));
         assert_eq!(run(&[5, 1, 1]).unwrap_err(), SocksError::NoMethod);
         assert_eq!(
             run(&[5, 1, 0, 5, 2, 0, 1, 1, 2, 3, 4, 0, 80]).unwrap_err(),
@@ -426,6 +668,12 @@ mod tests {
             let mut d = vec![5, 1, 0];
             d.extend_from_slice(&data);
             let _ = h.handle(&d);
+            let mut h = SocksHandshake::new();
+            let mut d = vec![4, 1];
+            d.extend_from_slice(&data);
+            if let Err(e) = h.handle(&d) {
+                let _ = h.error_reply(&e);
+            }
         }
     }
 }

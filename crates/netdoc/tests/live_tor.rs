@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -16,15 +16,6 @@ use onionmix_netdoc::{
     AuthCertificate, AuthorityConfig, ConsensusError, DirRequest, ExitTarget, NetDir, PathBuilder,
     PathConfig, TimeTolerance, UnverifiedConsensus, parse_microdescs,
 };
-
-fn have(bin: &str) -> bool {
-    Command::new(bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
 
 /// Kills exactly the processes this test started, also on panic.
 struct Procs(Vec<Child>);
@@ -38,11 +29,7 @@ impl Drop for Procs {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    onionmix_testsupport::ports::free_port("127.0.0.1").expect("a free port")
 }
 
 fn fingerprint(dir: &Path, orport: u16) -> String {
@@ -94,15 +81,7 @@ fn fetch(addr: &str, req: &DirRequest) -> Result<Vec<u8>, String> {
 
 #[test]
 fn bootstrap_from_stock_tor_authorities() {
-    if !have("tor") || !have("tor-gencert") {
-        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!(
-                "stock tor is required (ONIONMIX_REQUIRE_INTEROP=1) but `tor`/`tor-gencert` are missing; install with: apt-get install -y tor"
-            );
-        }
-        eprintln!(
-            "skipping bootstrap_from_stock_tor_authorities: stock tor not installed (apt-get install -y tor)"
-        );
+    if !onionmix_testsupport::tor_available("bootstrap_from_stock_tor_authorities") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

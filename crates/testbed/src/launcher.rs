@@ -19,7 +19,8 @@ pub struct LaunchOptions {
     pub onionmix_bin: PathBuf,
     /// The stock tor binary.
     pub tor_bin: String,
-    /// Override the spec's bootstrap timeout.
+    /// Override the spec's bootstrap timeout (default: the environment
+    /// variable [`BOOTSTRAP_TIMEOUT_ENV`] in seconds, if set).
     pub timeout: Option<Duration>,
     /// Print step lines to stderr.
     pub progress: bool,
@@ -29,13 +30,22 @@ pub struct LaunchOptions {
     pub no_emulation: bool,
 }
 
+/// Environment variable that overrides every spec's bootstrap timeout
+/// (seconds); tests set it for a loaded machine.
+pub const BOOTSTRAP_TIMEOUT_ENV: &str = "ONIONMIX_BOOTSTRAP_TIMEOUT_SECS";
+
 impl LaunchOptions {
     /// Defaults with the given onionmix binary.
     pub fn new(onionmix_bin: PathBuf) -> Self {
+        let timeout = std::env::var(BOOTSTRAP_TIMEOUT_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs);
         LaunchOptions {
             onionmix_bin,
             tor_bin: "tor".into(),
-            timeout: None,
+            timeout,
             progress: true,
             address: "127.0.0.1".into(),
             no_emulation: false,
@@ -294,21 +304,14 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             .map(|n| n.address.to_string())
             .unwrap_or_else(|| opts.address.clone())
     };
-    let used = std::cell::RefCell::new(std::collections::HashSet::new());
     // With emulation every node has its own address, so ports are fixed;
-    // on loopback they are drawn at random.
+    // on loopback they come from this process's locked port blocks (never
+    // the same port twice, never one another launcher is planning with).
     let port = |fixed: u16| -> Result<u16, LaunchError> {
         if emu.is_some() {
             return Ok(fixed);
         }
-        for _ in 0..50 {
-            let p = proc::free_port(&opts.address)
-                .map_err(|e| LaunchError::new(format!("no free port: {e}")))?;
-            if used.borrow_mut().insert(p) {
-                return Ok(p);
-            }
-        }
-        Err(LaunchError::new("no free port"))
+        proc::free_port(&opts.address).map_err(|e| LaunchError::new(format!("no free port: {e}")))
     };
 
     // Plan nodes: addresses, ports, data dirs.

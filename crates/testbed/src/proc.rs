@@ -87,27 +87,7 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[start..].join("\n")
 }
 
-/// Ports handed out for nodes: below Linux's ephemeral range (32768+),
-/// so outgoing connections never take them between allocation and use.
-pub const PORT_RANGE: std::ops::Range<u16> = 20000..32000;
-
-/// A port on `ip` free for both TCP and UDP right now, chosen at random
-/// from [`PORT_RANGE`] (random so concurrent launchers rarely collide).
-pub fn free_port(ip: &str) -> std::io::Result<u16> {
-    use rand::Rng;
-    let mut rng = rand::thread_rng();
-    for _ in 0..200 {
-        let p = rng.gen_range(PORT_RANGE);
-        let tcp = std::net::TcpListener::bind(format!("{ip}:{p}"));
-        let udp = std::net::UdpSocket::bind(format!("{ip}:{p}"));
-        if tcp.is_ok() && udp.is_ok() {
-            return Ok(p);
-        }
-    }
-    // Fall back to the kernel's choice.
-    let l = std::net::TcpListener::bind(format!("{ip}:0"))?;
-    Ok(l.local_addr()?.port())
-}
+pub use onionmix_testsupport::ports::{PORT_RANGE, free_port};
 
 #[cfg(test)]
 mod tests {

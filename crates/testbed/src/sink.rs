@@ -379,14 +379,20 @@ async fn serve_dns(sock: UdpSocket, ip: Ipv4Addr) {
         let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
             continue;
         };
+        // Every name asked is logged: tests read the log to prove that a
+        // name (a `.onion` one, say) never reached an exit's resolver.
+        if let Some((name, qtype, _)) = dns_question(&buf[..n]) {
+            tracing::info!(%name, qtype, "dns query");
+        }
         if let Some(resp) = dns_answer(&buf[..n], ip) {
             let _ = sock.send_to(&resp, peer).await;
         }
     }
 }
 
-/// Build the DNS response for one query (None: not a query we answer).
-pub fn dns_answer(q: &[u8], ip: Ipv4Addr) -> Option<Vec<u8>> {
+/// The question of a DNS query: (lower-cased name, qtype, end of the
+/// question section). None for anything that is not a one-question query.
+pub fn dns_question(q: &[u8]) -> Option<(String, u16, usize)> {
     if q.len() < 12 || q[2] & 0x80 != 0 {
         return None;
     }
@@ -394,7 +400,6 @@ pub fn dns_answer(q: &[u8], ip: Ipv4Addr) -> Option<Vec<u8>> {
     if qdcount != 1 {
         return None;
     }
-    // Parse the question name.
     let mut i = 12;
     let mut labels = Vec::new();
     loop {
@@ -418,7 +423,12 @@ pub fn dns_answer(q: &[u8], ip: Ipv4Addr) -> Option<Vec<u8>> {
     if q.len() < qend {
         return None;
     }
-    let name = labels.join(".");
+    Some((labels.join("."), qtype, qend))
+}
+
+/// Build the DNS response for one query (None: not a query we answer).
+pub fn dns_answer(q: &[u8], ip: Ipv4Addr) -> Option<Vec<u8>> {
+    let (name, qtype, qend) = dns_question(q)?;
     let ours = name == TEST_DOMAIN || name.ends_with(&format!(".{TEST_DOMAIN}"));
     let mut r = Vec::with_capacity(qend + 16);
     r.extend_from_slice(&q[..2]);

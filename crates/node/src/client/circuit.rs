@@ -132,6 +132,21 @@ impl Circuit {
         req: StreamRequest,
         timeout: Duration,
     ) -> Result<(Stream, StreamEvent), StreamError> {
+        // The last line of defence: whatever front end asked, a `.onion` or
+        // `.exit` name is never put in a BEGIN or RESOLVE cell.
+        let name = match &req {
+            StreamRequest::Begin(b) => match &b.host {
+                onionmix_cell::relay::TargetHost::Hostname(h) => Some(h.as_str()),
+                _ => None,
+            },
+            StreamRequest::Resolve(h) => Some(h.as_str()),
+            _ => None,
+        };
+        if let Some(h) = name
+            && onionmix_frontend::addr::classify(h).is_local_only()
+        {
+            return Err(StreamError::LocalOnly(h.to_string()));
+        }
         self.mark_used();
         stream::open(&self.chan, self.circ_id, self.credits.clone(), req, timeout).await
     }

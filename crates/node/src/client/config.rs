@@ -55,6 +55,11 @@ pub struct ClientConfig {
     /// Allow SOCKS on a non-loopback address (off by default).
     #[serde(default)]
     pub allow_public_socks: bool,
+    /// Answer with tor's extended SOCKS5 error codes (0xF0-0xF7, for onion
+    /// services) where they apply, like tor's `SocksPort ... ExtendedErrors`
+    /// flag. Off by default, as in tor.
+    #[serde(default)]
+    pub socks_extended_errors: bool,
     /// Maximum simultaneous SOCKS connections.
     #[serde(default = "default_max_socks")]
     pub max_socks_connections: usize,

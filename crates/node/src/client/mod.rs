@@ -81,12 +81,13 @@ impl Client {
         let socks_addr = listener
             .local_addr()
             .map_err(|e| ClientError::Setup(e.to_string()))?;
-        info!("SOCKS5 listening on {socks_addr}");
+        info!("SOCKS listening on {socks_addr}");
         let (ready_tx, ready_rx) = watch::channel(false);
         let ctx = socks::SocksContext {
             circmgr: circmgr.clone(),
             stream_timeout: cfg.stream_timeout(),
             ready: ready_rx.clone(),
+            extended_errors: cfg.socks_extended_errors,
         };
         tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
         let client = Client {

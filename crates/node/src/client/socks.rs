@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use onionmix_cell::relay::{Begin, ResolvedAnswer, TargetHost, begin_flags};
+use onionmix_frontend::addr::{self, HostKind};
 use onionmix_frontend::socks::{
     self, SocksCmd, SocksHandshake, SocksRequest, end_reason_to_reply, reply_code,
 };
@@ -53,6 +54,9 @@ pub struct SocksContext {
     pub stream_timeout: Duration,
     /// Resolves when the client has bootstrapped.
     pub ready: tokio::sync::watch::Receiver<bool>,
+    /// Send tor's extended SOCKS5 errors (0xF0-0xF7, prop 304) where they
+    /// apply, as tor's `SocksPort ... ExtendedErrors` does.
+    pub extended_errors: bool,
 }
 
 /// Accept SOCKS connections forever.
@@ -113,10 +117,8 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
                 }
             }
             Err(e) => {
-                if let Some(code) = e.reply_code() {
-                    let _ = sock.write_all(&socks::reply(code, None)).await;
-                } else if matches!(e, socks::SocksError::NoMethod) {
-                    let _ = sock.write_all(&[5, 0xFF]).await;
+                if let Some(reply) = hs.error_reply(&e) {
+                    let _ = sock.write_all(&reply).await;
                 }
                 return Err(format!("bad SOCKS request: {e}"));
             }
@@ -128,6 +130,16 @@ async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
     let req = tokio::time::timeout(SOCKS_HANDSHAKE_TIMEOUT, read_request(&mut sock))
         .await
         .map_err(|_| "SOCKS handshake timed out".to_string())??;
+    // Names that must never leave this process are answered here, before
+    // anything else (not even bootstrap) is waited for.
+    if let TargetHost::Hostname(name) = &req.host {
+        let kind = addr::classify(name);
+        if kind.is_local_only() {
+            let code = local_only_reply(&kind, req.cmd, ctx.extended_errors);
+            let _ = sock.write_all(&req.reply(code, None)).await;
+            return Err(refusal_reason(&kind).into());
+        }
+    }
     let mut ready = ctx.ready.clone();
     if !*ready.borrow() {
         let ok = matches!(
@@ -136,7 +148,7 @@ async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
         );
         if !ok {
             let _ = sock
-                .write_all(&socks::reply(reply_code::GENERAL_FAILURE, None))
+                .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
                 .await;
             return Err("not bootstrapped yet".into());
         }
@@ -147,6 +159,29 @@ async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
     match req.cmd {
         SocksCmd::Connect => connect(sock, ctx, key, req).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req).await,
+    }
+}
+
+/// The SOCKS5 reply for a name that must not leave the client, as stock tor
+/// 0.4.9 answers it: CONNECT to a `.exit` or malformed `.onion` name gets
+/// "general failure" (0xF6, bad onion address, with extended errors);
+/// RESOLVE of either gets "host unreachable". Until onion services exist, a
+/// well-formed `.onion` gets "host unreachable" without being looked up.
+pub fn local_only_reply(kind: &HostKind, cmd: SocksCmd, extended_errors: bool) -> u8 {
+    match (kind, cmd) {
+        (_, SocksCmd::Resolve | SocksCmd::ResolvePtr) => reply_code::HOST_UNREACHABLE,
+        (HostKind::BadOnion(_), _) if extended_errors => reply_code::ONION_BAD_ADDRESS,
+        (HostKind::Onion { .. }, _) => reply_code::HOST_UNREACHABLE,
+        _ => reply_code::GENERAL_FAILURE,
+    }
+}
+
+fn refusal_reason(kind: &HostKind) -> &'static str {
+    match kind {
+        HostKind::Exit => "refused a .exit name (the .exit notation is disabled)",
+        HostKind::BadOnion(_) => "refused an invalid .onion name",
+        HostKind::Onion { .. } => "refused a .onion name: onion services are not supported yet",
+        HostKind::Public => "refused",
     }
 }
 
@@ -175,7 +210,7 @@ async fn connect(
             Ok(c) => c,
             Err(e) => {
                 let _ = sock
-                    .write_all(&socks::reply(reply_code::GENERAL_FAILURE, None))
+                    .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
                     .await;
                 return Err(format!("no circuit: {e}"));
             }
@@ -186,7 +221,7 @@ async fn connect(
         {
             Ok((stream, StreamEvent::Connected(addr))) => {
                 let bound = addr.map(|a| (a, 0));
-                sock.write_all(&socks::reply(reply_code::SUCCEEDED, bound))
+                sock.write_all(&req.reply(reply_code::SUCCEEDED, bound))
                     .await
                     .map_err(|e| e.to_string())?;
                 let (up, down) = stream.pump(sock, STREAM_IDLE_TIMEOUT).await;
@@ -200,6 +235,7 @@ async fn connect(
             Err(e) => {
                 let retry = match &e {
                     StreamError::End(r) => retriable_end(*r),
+                    StreamError::LocalOnly(_) => false,
                     _ => true,
                 };
                 debug!("stream attempt {} failed: {e}", attempt + 1);
@@ -212,7 +248,7 @@ async fn connect(
         }
     }
     let code = end_reason_to_reply(last_err.end_reason());
-    let _ = sock.write_all(&socks::reply(code, None)).await;
+    let _ = sock.write_all(&req.reply(code, None)).await;
     Err(format!("connect failed: {last_err}"))
 }
 
@@ -228,7 +264,7 @@ async fn resolve(
         (_, TargetHost::Ip(ip)) => {
             // Resolving a literal address: answer locally like tor does.
             let _ = sock
-                .write_all(&socks::reply(reply_code::SUCCEEDED, Some((*ip, 0))))
+                .write_all(&req.reply(reply_code::SUCCEEDED, Some((*ip, 0))))
                 .await;
             return Ok(());
         }
@@ -237,7 +273,7 @@ async fn resolve(
         Ok(c) => c,
         Err(e) => {
             let _ = sock
-                .write_all(&socks::reply(reply_code::GENERAL_FAILURE, None))
+                .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
                 .await;
             return Err(format!("no circuit: {e}"));
         }
@@ -250,13 +286,16 @@ async fn resolve(
         Ok(_) => Vec::new(),
         Err(e) => {
             let code = end_reason_to_reply(e.end_reason());
-            let _ = sock.write_all(&socks::reply(code, None)).await;
+            let _ = sock.write_all(&req.reply(code, None)).await;
             return Err(format!("resolve failed: {e}"));
         }
     };
     let reply = if req.cmd == SocksCmd::ResolvePtr {
+        // SOCKS4 cannot carry a name back.
         answers.iter().find_map(|a| match a {
-            ResolvedAnswer::Hostname(h, _) => Some(socks::reply_hostname(h)),
+            ResolvedAnswer::Hostname(h, _) if req.version == socks::SocksVersion::V5 => {
+                Some(socks::reply_hostname(h))
+            }
             _ => None,
         })
     } else {
@@ -267,12 +306,13 @@ async fn resolve(
                 _ => None,
             })
             .collect();
-        ips.iter()
-            .find(|ip| ip.is_ipv4())
-            .or(ips.first())
-            .map(|ip| socks::reply(reply_code::SUCCEEDED, Some((*ip, 0))))
+        let ip = match req.version {
+            socks::SocksVersion::V5 => ips.iter().find(|ip| ip.is_ipv4()).or(ips.first()),
+            socks::SocksVersion::V4 => ips.iter().find(|ip| ip.is_ipv4()),
+        };
+        ip.map(|ip| req.reply(reply_code::SUCCEEDED, Some((*ip, 0))))
     };
-    let reply = reply.unwrap_or_else(|| socks::reply(reply_code::HOST_UNREACHABLE, None));
+    let reply = reply.unwrap_or_else(|| req.reply(reply_code::HOST_UNREACHABLE, None));
     sock.write_all(&reply).await.map_err(|e| e.to_string())?;
     Ok(())
 }

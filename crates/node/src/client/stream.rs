@@ -45,6 +45,9 @@ pub enum StreamError {
     /// The exit answered with something unexpected.
     #[error("unexpected reply from exit")]
     Unexpected,
+    /// The name may not be sent to an exit (`.onion`, `.exit`).
+    #[error("{0}: a name that never leaves the client")]
+    LocalOnly(String),
 }
 
 impl StreamError {
@@ -53,6 +56,7 @@ impl StreamError {
         match self {
             StreamError::End(r) => *r,
             StreamError::Timeout => end_reason::TIMEOUT,
+            StreamError::LocalOnly(_) => end_reason::RESOLVEFAILED,
             _ => end_reason::DESTROY,
         }
     }

@@ -2,38 +2,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether stock tor is available; prints a skip message (or panics when
-/// ONIONMIX_REQUIRE_INTEROP=1) if not.
-pub fn tor_available(test: &str) -> bool {
-    let ok = Command::new("tor")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-            panic!(
-                "{test}: stock tor is required (ONIONMIX_REQUIRE_INTEROP=1) but `tor` is not on PATH; install it with: apt-get install -y tor"
-            );
-        }
-        eprintln!("SKIP {test}: stock tor not found; install it with: apt-get install -y tor");
-    }
-    ok
-}
+pub use onionmix_testsupport::tor_available;
 
-/// A free loopback TCP port.
+/// A free loopback port (from the shared allocator: never handed out twice).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    onionmix_testsupport::ports::free_port("127.0.0.1").expect("a free port")
 }
 
 /// A tor process killed on drop.
