@@ -24,6 +24,18 @@ pub fn emulator_available(test: &str) -> bool {
     )
 }
 
+/// GET a directory document over plain HTTP, retrying for up to 60 s (an
+/// authority busy voting or signing on a loaded machine may not answer in
+/// one try). Panics naming `path` if it never answers 200.
+pub fn dir_get(addr: SocketAddr, path: &str) -> String {
+    wait_for(
+        &format!("GET {path} from {addr}"),
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || launcher::http_get_plain(addr, path),
+    )
+}
+
 /// How long tests let a network bootstrap.
 pub const TEST_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -76,6 +88,24 @@ pub async fn download(
     .map_err(|_| "download timed out".to_string())?
     .map_err(|e| e.to_string())?;
     Ok((r, t0.elapsed()))
+}
+
+/// [`download`] through a client of `imp`: one attempt for our client (a
+/// failure is a bug to see, not noise to retry); up to 3 for stock tor
+/// (see [`download_retry`]).
+pub async fn download_by(
+    imp: onionmix_testbed::spec::Implementation,
+    proxy: SocketAddr,
+    host: &str,
+    port: u16,
+    n: u64,
+) -> Result<(http::Response, Duration), String> {
+    match imp {
+        onionmix_testbed::spec::Implementation::Onionmix => {
+            download(proxy, host, port, n, None).await
+        }
+        onionmix_testbed::spec::Implementation::Tor => download_retry(proxy, host, port, n).await,
+    }
 }
 
 /// [`download`] with up to 3 attempts 2 s apart, for requests through a

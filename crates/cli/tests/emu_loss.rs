@@ -53,7 +53,7 @@ fn run(seed: u64) -> Vec<Vec<u32>> {
                     "udp-sink".into(),
                     format!("--listen={listen}"),
                     format!("--count={N}"),
-                    "--idle-ms=700".into(),
+                    "--idle-ms=3000".into(),
                     "--max-s=60".into(),
                 ],
             )
@@ -65,7 +65,7 @@ fn run(seed: u64) -> Vec<Vec<u32>> {
                     "udp-source".into(),
                     format!("--connect={listen}"),
                     format!("--count={N}"),
-                    "--pps=25000".into(),
+                    "--pps=10000".into(),
                     "--size=64".into(),
                 ],
                 Duration::from_secs(60),
@@ -93,8 +93,18 @@ fn run(seed: u64) -> Vec<Vec<u32>> {
             "p={p}: {lost} lost, outside {lo:.0}..{hi:.0}"
         );
         // Every packet reached the emulator and every loss is its decision.
-        let st = net.status(Duration::from_millis(1100)).expect("status");
-        let l = st.link(&format!("core/src/{dst}")).expect("link");
+        // Wait until the emulator's counters account for every packet
+        // (its status file is rewritten periodically), then check them.
+        let label = format!("core/src/{dst}");
+        let st = net
+            .status_until(Duration::from_secs(20), |st| {
+                st.link(&label).is_some_and(|l| {
+                    l.counters.rx_packets == u64::from(N)
+                        && l.counters.tx_packets + l.counters.drop_loss == u64::from(N)
+                })
+            })
+            .expect("status");
+        let l = st.link(&label).expect("link");
         assert_eq!(
             l.counters.rx_packets,
             u64::from(N),

@@ -75,6 +75,7 @@ fn every_workload_on_a_stock_tor_testnet() {
         ("reliability", "runs = 3\ninterval_ms = 100\nparallel = 3\n"),
         ("access", "runs = 2\n"),
     ];
+    let mut stock_builds = 0usize;
     for (w, extra) in quick {
         let file = tmp.path().join(format!("{w}.toml"));
         std::fs::write(&file, format!("workload = {w:?}\n{extra}")).unwrap();
@@ -126,14 +127,25 @@ fn every_workload_on_a_stock_tor_testnet() {
                 })
                 .count()
         };
+        // Our client never fails an event (stock tor's tolerance above is
+        // for stock tor only).
+        for r in &records {
+            if r["label"].as_str().is_some_and(|l| l.contains("omclient")) {
+                assert!(r["error"].is_null(), "{w}: onionmix client failed: {r}");
+            }
+        }
         // Circuit build times of the stock tor client, from its control
-        // port's CIRC events (every workload builds circuits).
-        assert!(
-            records.iter().any(|r| r["kind"] == "circuit"
-                && r["label"] == "tor-basic-onionmix-client/client0"
-                && r["metrics"]["circuit_build_ms"].as_f64().unwrap() > 0.0),
-            "{w}: no stock tor circuit build times"
-        );
+        // port's CIRC events. Whether tor launches a new circuit inside one
+        // short workload depends on its preemptive circuits, so this is
+        // checked over the whole suite below.
+        stock_builds += records
+            .iter()
+            .filter(|r| {
+                r["kind"] == "circuit"
+                    && r["label"] == "tor-basic-onionmix-client/client0"
+                    && r["metrics"]["circuit_build_ms"].as_f64().unwrap_or(0.0) > 0.0
+            })
+            .count();
         match w {
             "access" => {
                 // Per client (stock tor and onionmix): a fresh client per
@@ -201,6 +213,10 @@ fn every_workload_on_a_stock_tor_testnet() {
         }
         eprintln!("{w}: ok");
     }
+    assert!(
+        stock_builds >= 1,
+        "no stock tor circuit build times in any workload"
+    );
     // Bad input: a clear error, not a panic.
     let (success, _, stderr) = onionmix(&[
         "measure",

@@ -11,10 +11,11 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common_net::{download_retry, start, tor_available};
+use common_net::{download_by, start, tor_available};
 use onionmix_testbed::launcher::{echo_through_socks, http_get_plain};
 use onionmix_testbed::netinfo::{NetworkInfo, NodeInfo};
 use onionmix_testbed::proc;
+use onionmix_testbed::spec::Implementation;
 
 /// A client process started by this test, killed (by pid) on drop.
 struct Extra(Child);
@@ -136,7 +137,13 @@ fn wait_bootstrapped(log: &str, what: &str) {
 }
 
 /// Download 1 MiB from the sink through `socks` and verify it.
-fn check_download(rt: &tokio::runtime::Runtime, info: &NetworkInfo, socks: SocketAddr, what: &str) {
+fn check_download(
+    rt: &tokio::runtime::Runtime,
+    info: &NetworkInfo,
+    imp: Implementation,
+    socks: SocketAddr,
+    what: &str,
+) {
     let sink = info.sink.as_ref().unwrap();
     // Like the launcher's readiness check: "Bootstrapped 100%" is not yet
     // usable for stock tor (its first streams may fail); wait for one echo
@@ -151,7 +158,7 @@ fn check_download(rt: &tokio::runtime::Runtime, info: &NetworkInfo, socks: Socke
     }
     let host = sink.http.ip().to_string();
     let (r, t) = rt
-        .block_on(download_retry(socks, &host, sink.http.port(), 1 << 20))
+        .block_on(download_by(imp, socks, &host, sink.http.port(), 1 << 20))
         .unwrap_or_else(|e| panic!("{what}: download failed: {e}"));
     assert_eq!(r.body.len(), 1 << 20, "{what}: body length");
     assert!(r.sha256_ok(), "{what}: SHA-256 mismatch");
@@ -175,7 +182,7 @@ fn mixed_network_interop() {
     // Fast and Stable come and go in a young network, for stock relays
     // too; guard selection below waits for them.
     let auth = node(&info, "auth0").dir_addr().unwrap();
-    let cons = http_get_plain(auth, "/tor/status-vote/current/consensus").expect("consensus");
+    let cons = common_net::dir_get(auth, "/tor/status-vote/current/consensus");
     for name in ["omrelay0", "omrelay1", "omexit0"] {
         let start = cons
             .find(&format!("\nr {name} "))
@@ -192,12 +199,12 @@ fn mixed_network_interop() {
         }
     }
     // The exit's descriptor carries its real policy; the middles reject all.
-    let d = http_get_plain(auth, &format!("/tor/server/fp/{}", fp(&info, "omexit0"))).unwrap();
+    let d = common_net::dir_get(auth, &format!("/tor/server/fp/{}", fp(&info, "omexit0")));
     assert!(d.contains("accept 127.0.0.0/8:*"), "exit policy: {d}");
     // ... followed by tor's default exit policy, as stock tor does for a
     // policy without a final catch-all.
     assert!(d.contains("reject *:25\n") && d.contains("accept *:*\n"));
-    let d = http_get_plain(auth, &format!("/tor/server/fp/{}", fp(&info, "omrelay0"))).unwrap();
+    let d = common_net::dir_get(auth, &format!("/tor/server/fp/{}", fp(&info, "omrelay0")));
     assert!(d.contains("reject *:*"));
 
     // Stock tor only takes relays with Guard, Stable, Fast, Valid and V2Dir
@@ -252,20 +259,27 @@ fn mixed_network_interop() {
     let mut clients = Vec::new();
     for p in stock_paths {
         let (c, socks, log) = stock_client(&info, tmp.path(), p);
-        clients.push((c, socks, log, format!("stock client via {}", p.join(" > "))));
+        clients.push((
+            c,
+            Implementation::Tor,
+            socks,
+            log,
+            format!("stock client via {}", p.join(" > ")),
+        ));
     }
     for p in our_paths {
         let (c, socks, log) = our_client(&info, tmp.path(), p);
         clients.push((
             c,
+            Implementation::Onionmix,
             socks,
             log,
             format!("onionmix client via {}", p.join(" > ")),
         ));
     }
-    for (_, socks, log, what) in &clients {
+    for (_, imp, socks, log, what) in &clients {
         wait_bootstrapped(log, what);
-        check_download(&rt, &info, *socks, what);
+        check_download(&rt, &info, *imp, *socks, what);
     }
     // Our clients' status shows the circuits went through the pinned hops
     // and no other.

@@ -28,7 +28,12 @@ fn ready_line(addr: SocketAddr) {
 /// TCP echo server: echoes every byte on up to 64 concurrent connections.
 /// Exits after `duration` (at most [`MAX_PROBE_SECS`]).
 pub fn echo_server(listen: SocketAddr, duration: Duration) -> io::Result<()> {
-    let l = TcpListener::bind(listen)?;
+    echo_server_on(TcpListener::bind(listen)?, duration)
+}
+
+/// [`echo_server`] on a listener the caller bound (so it accepts from the
+/// moment the caller returns from `bind`, with no start-up race).
+pub fn echo_server_on(l: TcpListener, duration: Duration) -> io::Result<()> {
     l.set_nonblocking(true)?;
     ready_line(l.local_addr()?);
     let end = Instant::now() + duration.min(Duration::from_secs(MAX_PROBE_SECS));
@@ -166,8 +171,17 @@ pub fn udp_sink(
     idle: Duration,
     max: Duration,
 ) -> io::Result<UdpSinkResult> {
+    udp_sink_on(UdpSocket::bind(listen)?, expected, idle, max)
+}
+
+/// [`udp_sink`] on a socket the caller bound.
+pub fn udp_sink_on(
+    sock: UdpSocket,
+    expected: u32,
+    idle: Duration,
+    max: Duration,
+) -> io::Result<UdpSinkResult> {
     let expected = expected.min(MAX_UDP_COUNT);
-    let sock = UdpSocket::bind(listen)?;
     sys::force_socket_buffers(sock.as_raw_fd(), 16 << 20);
     ready_line(sock.local_addr()?);
     let mut seen = vec![false; expected as usize];
@@ -632,29 +646,23 @@ mod tests {
     #[test]
     fn probes_work_on_loopback() {
         // Echo server + RTT client in threads over 127.0.0.1.
+        // Sockets are bound here and handed to the servers: no start race.
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = l.local_addr().expect("addr");
-        drop(l);
-        let srv = std::thread::spawn(move || echo_server(addr, Duration::from_secs(3)));
-        std::thread::sleep(Duration::from_millis(100));
-        let r = rtt_client(addr, 5, Duration::ZERO, 32, Duration::from_secs(2)).expect("rtt");
+        let srv = std::thread::spawn(move || echo_server_on(l, Duration::from_secs(10)));
+        let r = rtt_client(addr, 5, Duration::ZERO, 32, Duration::from_secs(10)).expect("rtt");
         assert_eq!(r.samples_us.len(), 5);
         assert!(r.median_us() < 50_000.0);
         let _ = srv.join();
 
         let u = UdpSocket::bind("127.0.0.1:0").expect("bind");
         let uaddr = u.local_addr().expect("addr");
-        drop(u);
         let sink = std::thread::spawn(move || {
-            udp_sink(
-                uaddr,
-                1000,
-                Duration::from_millis(500),
-                Duration::from_secs(5),
-            )
+            udp_sink_on(u, 1000, Duration::from_secs(3), Duration::from_secs(30))
         });
-        std::thread::sleep(Duration::from_millis(100));
-        let s = udp_source(uaddr, 1000, Duration::ZERO, 20_000, 64).expect("send");
+        // 2,000 packets/s: a stalled receiver's default socket buffer
+        // (without root) holds far more than a scheduling hiccup's worth.
+        let s = udp_source(uaddr, 1000, Duration::ZERO, 2_000, 64).expect("send");
         assert_eq!(s.sent, 1000);
         let r = sink.join().expect("join").expect("sink");
         assert_eq!(r.received, 1000, "{r:?}");

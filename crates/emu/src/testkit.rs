@@ -91,6 +91,25 @@ impl TestNet {
         self.handle.status()
     }
 
+    /// Poll the status file until `pred` holds (the emulator rewrites it
+    /// every `status_interval_ms`), or give the last snapshot after
+    /// `timeout`. Tests wait for the counters they check instead of
+    /// sleeping a fixed time.
+    pub fn status_until(
+        &self,
+        timeout: Duration,
+        mut pred: impl FnMut(&StatusSnapshot) -> bool,
+    ) -> Result<StatusSnapshot, crate::EmuError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let st = self.handle.status()?;
+            if pred(&st) || std::time::Instant::now() >= deadline {
+                return Ok(st);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Stop the emulator cleanly.
     pub fn stop(self) -> Result<(), crate::EmuError> {
         self.handle.stop(Duration::from_secs(10))

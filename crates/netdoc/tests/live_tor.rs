@@ -180,7 +180,9 @@ fn bootstrap_from_stock_tor_authorities() {
         let now = SystemTime::now();
         let missing = unverified.missing_certificates(&authorities, &certs, now);
         if !missing.is_empty() {
-            let body = fetch(&addr, &DirRequest::authority_certs(&missing).unwrap()).unwrap();
+            let Ok(body) = fetch(&addr, &DirRequest::authority_certs(&missing).unwrap()) else {
+                continue;
+            };
             let text = String::from_utf8(body).unwrap();
             for c in AuthCertificate::parse_all(&text, now) {
                 certs.push(c.unwrap());
