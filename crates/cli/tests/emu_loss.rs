@@ -78,23 +78,11 @@ fn run(seed: u64) -> Vec<Vec<u32>> {
         assert_eq!(r.received + lost, N);
         assert_eq!(r.duplicates, 0);
         assert_eq!(r.out_of_order, 0, "no reordering configured");
-        // 99% interval of Binomial(N, p) (normal approximation with
-        // continuity correction; N*p >= 100 here).
-        let n = f64::from(N);
-        let mean = n * p;
-        let sd = (n * p * (1.0 - p)).sqrt();
-        let (lo, hi) = (mean - 2.576 * sd - 0.5, mean + 2.576 * sd + 0.5);
-        eprintln!(
-            "seed {seed} p={p}: lost {lost}/{N} = {:.3}% (99% interval {lo:.0}..{hi:.0})",
-            100.0 * f64::from(lost) / n
-        );
-        assert!(
-            f64::from(lost) >= lo && f64::from(lost) <= hi,
-            "p={p}: {lost} lost, outside {lo:.0}..{hi:.0}"
-        );
-        // Every packet reached the emulator and every loss is its decision.
-        // Wait until the emulator's counters account for every packet
-        // (its status file is rewritten periodically), then check them.
+        // First the emulator's own record: every packet reached it, and
+        // its loss decisions fall in the 99% interval of Binomial(N, p)
+        // (normal approximation with continuity correction; N*p >= 100).
+        // Its status file is rewritten periodically: wait until the
+        // counters account for every packet.
         let label = format!("core/src/{dst}");
         let st = net
             .status_until(Duration::from_secs(20), |st| {
@@ -105,15 +93,30 @@ fn run(seed: u64) -> Vec<Vec<u32>> {
             })
             .expect("status");
         let l = st.link(&label).expect("link");
+        let n = f64::from(N);
+        let mean = n * p;
+        let sd = (n * p * (1.0 - p)).sqrt();
+        let (lo, hi) = (mean - 2.576 * sd - 0.5, mean + 2.576 * sd + 0.5);
+        let decided = l.counters.drop_loss;
+        eprintln!(
+            "seed {seed} p={p}: emulator dropped {decided}/{N} = {:.3}% (99% interval {lo:.0}..{hi:.0}); receiver missed {lost}",
+            100.0 * decided as f64 / n
+        );
         assert_eq!(
             l.counters.rx_packets,
             u64::from(N),
-            "kernel dropped before the emulator"
+            "the kernel dropped packets before the emulator"
         );
+        assert!(
+            decided as f64 >= lo && decided as f64 <= hi,
+            "p={p}: the emulator dropped {decided}, outside {lo:.0}..{hi:.0}"
+        );
+        // End to end: the receiver missed exactly the packets the emulator
+        // dropped (nothing lost after it either).
         assert_eq!(
-            l.counters.drop_loss,
+            decided,
             u64::from(lost),
-            "drops not all from the emulator"
+            "drops not all from the emulator (receiver missed {lost}, emulator dropped {decided})"
         );
         all.push(r.missing);
     }

@@ -182,7 +182,9 @@ pub fn udp_sink_on(
     max: Duration,
 ) -> io::Result<UdpSinkResult> {
     let expected = expected.min(MAX_UDP_COUNT);
-    sys::force_socket_buffers(sock.as_raw_fd(), 16 << 20);
+    // Room for every packet of a long run even if this process is starved
+    // of CPU for seconds (a receiver's overflow is not a link's loss).
+    sys::force_socket_buffers(sock.as_raw_fd(), 64 << 20);
     ready_line(sock.local_addr()?);
     let mut seen = vec![false; expected as usize];
     let mut received = 0u32;
