@@ -495,7 +495,10 @@ pub fn process(
     if header.beta.len() != beta_len || body.len() != p.body_len {
         return Err(SphinxError::BadLength);
     }
-    let s = header.alpha.mul(secret).ok_or(SphinxError::BadAlpha)?;
+    // Both scalars are secret (the node key; the blinding factor links
+    // alpha to alpha'): one constant-time table for both multiplications.
+    let base = header.alpha.ct_base().ok_or(SphinxError::BadAlpha)?;
+    let s = base.mul(secret).ok_or(SphinxError::BadAlpha)?;
     let hk = HopKeys::new(aes_key(&s));
     if header.gamma != mu(&hk.hmu, &header.beta) {
         return Err(SphinxError::HeaderMac);
@@ -511,7 +514,7 @@ pub fn process(
     let mut gamma = [0u8; K];
     gamma.copy_from_slice(&rest[..K]);
     let beta = rest[K..K + beta_len].to_vec();
-    let alpha = header.alpha.mul(&hk.hb).ok_or(SphinxError::BadAlpha)?;
+    let alpha = base.mul(&hk.hb).ok_or(SphinxError::BadAlpha)?;
     let mut delta = body.to_vec();
     lioness_dec(&hk.hpi, &mut delta);
     Ok(Processed {
