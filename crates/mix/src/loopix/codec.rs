@@ -215,7 +215,7 @@ impl RoutingEntry {
         if addr.len() != 2 {
             return None;
         }
-        let host = String::from_utf8(addr[0].as_bytes()?.to_vec()).ok()?;
+        let host = addr[0].as_text()?.to_string();
         let port = u16::try_from(addr[1].as_int()?).ok()?;
         let drop = a[1].as_bool()?;
         let type_flag = match &a[2] {
@@ -223,7 +223,7 @@ impl RoutingEntry {
             v => Some(i64::try_from(v.as_int()?).ok()?),
         };
         let delay = a[3].as_f64()?;
-        let name = String::from_utf8(a[4].as_bytes()?.to_vec()).ok()?;
+        let name = a[4].as_text()?.to_string();
         Some(RoutingEntry {
             host,
             port,
@@ -279,9 +279,9 @@ impl Dest {
             return None;
         }
         Some(Dest {
-            host: String::from_utf8(a[0].as_bytes()?.to_vec()).ok()?,
+            host: a[0].as_text()?.to_string(),
             port: u16::try_from(a[1].as_int()?).ok()?,
-            name: String::from_utf8(a[2].as_bytes()?.to_vec()).ok()?,
+            name: a[2].as_text()?.to_string(),
         })
     }
     fn to_x25519(&self) -> Vec<u8> {
@@ -450,7 +450,9 @@ pub fn process_datagram(
                     return Err(DropReason::BadBody);
                 }
                 let dest = Dest::from_value(&a[0]).ok_or(DropReason::BadBody)?;
-                let msg = a[1].as_bytes().ok_or(DropReason::BadBody)?.to_vec();
+                // The reference's receive_forward returns the message as
+                // packed (Python 2 clients: bin; a Python 3 str stays str).
+                let msg = a[1].as_str_or_bin().ok_or(DropReason::BadBody)?.to_vec();
                 Ok(ProcessedPacket {
                     tag: out.tag,
                     outcome: Outcome::Deliver { dest, msg },
@@ -538,8 +540,7 @@ impl Control {
         let Value::Str(kind) = a.first()? else {
             return None;
         };
-        let s =
-            |i: usize| -> Option<String> { String::from_utf8(a.get(i)?.as_bytes()?.to_vec()).ok() };
+        let s = |i: usize| -> Option<String> { Some(a.get(i)?.as_text()?.to_string()) };
         match kind.as_slice() {
             b"SUBSCRIBE" if a.len() == 4 || a.len() == 5 => Some(Control::Subscribe {
                 name: s(1)?,
@@ -593,6 +594,42 @@ mod tests {
             Some(Control::Dummy)
         );
         assert_eq!(Control::parse(b"garbage"), None);
+    }
+
+    #[test]
+    fn routing_entry_python2_bin_fields() {
+        // Python 2 Loopix packs str as bin: flag `c4 01 f0`, host and name
+        // as bin. Header bytes differ from Python 3's, the entry is the same.
+        let e = RoutingEntry {
+            host: "127.0.0.1".into(),
+            port: 30101,
+            drop: false,
+            type_flag: None,
+            delay: 0.0123,
+            name: "mix0".into(),
+        };
+        let py2 = Value::Array(vec![
+            Value::Bin(vec![sphinxmix::RELAY_FLAG]),
+            Value::Array(vec![
+                Value::Array(vec![Value::bin(b"127.0.0.1"), Value::Int(30101)]),
+                Value::Bool(false),
+                Value::Nil,
+                Value::F64(0.0123),
+                Value::bin(b"mix0"),
+            ]),
+        ]);
+        let a = py2.as_array().expect("array");
+        assert_eq!(sphinxmix::flag_of(&a[0]), Some(sphinxmix::RELAY_FLAG));
+        assert_eq!(RoutingEntry::from_sphinxmix_info(&a[1]), Some(e));
+        // a name that is not UTF-8 is refused in either form
+        let bad = Value::Array(vec![
+            Value::Array(vec![Value::bin(b"127.0.0.1"), Value::Int(1)]),
+            Value::Bool(false),
+            Value::Nil,
+            Value::F64(0.0),
+            Value::Str(vec![0xff]),
+        ]);
+        assert_eq!(RoutingEntry::from_sphinxmix_info(&bad), None);
     }
 
     #[test]

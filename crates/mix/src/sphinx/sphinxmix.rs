@@ -20,9 +20,9 @@ use aes::cipher::{BlockEncrypt, KeyInit, KeyIvInit, StreamCipher};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use super::SphinxError;
 use super::msgpack::{self, Value};
 use super::p224::{Point, Scalar, ScalarBytes, scalar_from_be_mod_n};
+use super::{SphinxError, ct_eq};
 
 type Ctr = ctr::Ctr128BE<Aes128>;
 
@@ -43,7 +43,8 @@ pub fn flag_value(flag: u8) -> Value {
     Value::Str(s.into_bytes())
 }
 
-/// Reads a routing flag written by Python 3 (UTF-8 str) or Python 2 (bin).
+/// Reads a routing flag written by Python 3 (a one-character UTF-8 str,
+/// `a2 c3 b0`) or Python 2 (one byte of bin, `c4 01 f0`).
 pub fn flag_of(v: &Value) -> Option<u8> {
     match v {
         Value::Str(s) => {
@@ -463,7 +464,7 @@ pub fn receive_surb(p: &Params, keytuple: &[[u8; K]], body: &[u8]) -> Result<Vec
         lioness_enc(k, &mut d);
     }
     lioness_dec(&keytuple[0], &mut d);
-    if d[..K] != mu(&keytuple[0], &d[K..]) {
+    if !ct_eq(&d[..K], &mu(&keytuple[0], &d[K..])) {
         return Err(SphinxError::BodyMac);
     }
     Ok(unpad_body(&d[K..]).to_vec())
@@ -475,7 +476,7 @@ pub fn receive_forward(mac_key: &[u8; K], body: &[u8]) -> Result<Value, SphinxEr
     if body.len() < K {
         return Err(SphinxError::BadLength);
     }
-    if body[..K] != mu(mac_key, &body[K..]) {
+    if !ct_eq(&body[..K], &mu(mac_key, &body[K..])) {
         return Err(SphinxError::BodyMac);
     }
     Value::decode(unpad_body(&body[K..])).map_err(SphinxError::Msgpack)
@@ -500,7 +501,7 @@ pub fn process(
     let base = header.alpha.ct_base().ok_or(SphinxError::BadAlpha)?;
     let s = base.mul(secret).ok_or(SphinxError::BadAlpha)?;
     let hk = HopKeys::new(aes_key(&s));
-    if header.gamma != mu(&hk.hmu, &header.beta) {
+    if !ct_eq(&header.gamma, &mu(&hk.hmu, &header.beta)) {
         return Err(SphinxError::HeaderMac);
     }
     // B = rho(beta || zeros); only the prefix we read is materialised.
@@ -546,8 +547,9 @@ impl Header {
         }
         let pt = msgpack::ecpt_bytes(&a[0]).ok_or(SphinxError::Malformed)?;
         let alpha = Point::from_sec1(pt).ok_or(SphinxError::BadAlpha)?;
-        let beta = a[1].as_bytes().ok_or(SphinxError::Malformed)?.to_vec();
-        let g = a[2].as_bytes().ok_or(SphinxError::Malformed)?;
+        // beta and gamma must be bin: the reference cannot process a str.
+        let beta = a[1].as_bin().ok_or(SphinxError::Malformed)?.to_vec();
+        let g = a[2].as_bin().ok_or(SphinxError::Malformed)?;
         let gamma: [u8; K] = g.try_into().map_err(|_| SphinxError::BadLength)?;
         Ok(Header { alpha, beta, gamma })
     }
@@ -565,7 +567,7 @@ impl Packet {
             return Err(SphinxError::Malformed);
         }
         let header = Header::from_value(&a[0])?;
-        let body = a[1].as_bytes().ok_or(SphinxError::Malformed)?.to_vec();
+        let body = a[1].as_bin().ok_or(SphinxError::Malformed)?.to_vec();
         Ok(Packet { header, body })
     }
 
@@ -682,6 +684,81 @@ mod tests {
             u128::from_be_bytes(hb),
             223545400317636578258278828935677691076u128
         );
+    }
+
+    /// Re-encodes a packet with the chosen fields of `[[alpha, beta, gamma],
+    /// body]` packed as str instead of bin.
+    fn reencode(pkt: &Packet, beta_str: bool, gamma_str: bool, body_str: bool) -> Vec<u8> {
+        let f = |b: &[u8], as_str: bool| {
+            if as_str {
+                Value::Str(b.to_vec())
+            } else {
+                Value::Bin(b.to_vec())
+            }
+        };
+        Value::Array(vec![
+            Value::Array(vec![
+                msgpack::ecpt_value(&pkt.header.alpha.to_compressed()),
+                f(&pkt.header.beta, beta_str),
+                f(&pkt.header.gamma, gamma_str),
+            ]),
+            f(&pkt.body, body_str),
+        ])
+        .encode()
+    }
+
+    #[test]
+    fn bytes_fields_must_be_bin() {
+        // Python 3 sphinxmix 0.0.7 refuses a packet whose beta, gamma or body
+        // arrives as a msgpack str (checked against the reference: it fails
+        // to decode or to process it), so we refuse them too.
+        let p = Params::LOOPIX;
+        let mut rng = rand::thread_rng();
+        let node = KeyPair::generate(&mut rng);
+        let x = random_scalar(&mut rng);
+        let pkt = create_forward_message(
+            &p,
+            &[nenc(Value::Int(0))],
+            &[node.public],
+            &Value::bin(b"bob"),
+            b"hi",
+            &x,
+            &mut det_pad,
+        )
+        .expect("create");
+        assert_eq!(reencode(&pkt, false, false, false), pkt.encode());
+        assert_eq!(
+            Packet::decode(&reencode(&pkt, false, false, false)).as_ref(),
+            Ok(&pkt)
+        );
+        for (b, g, d) in [
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            assert_eq!(
+                Packet::decode(&reencode(&pkt, b, g, d)),
+                Err(SphinxError::Malformed),
+                "beta str {b}, gamma str {g}, body str {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn routing_flags_python2_and_python3() {
+        // Python 3 writes the flags as one-character str, Python 2 as bin.
+        let py3 = Value::decode(&hex::decode("a2c3b0").expect("hex")).expect("msgpack");
+        let py2 = Value::decode(&hex::decode("c401f0").expect("hex")).expect("msgpack");
+        assert_eq!(flag_of(&py3), Some(RELAY_FLAG));
+        assert_eq!(flag_of(&py2), Some(RELAY_FLAG));
+        assert_eq!(
+            flag_value(DEST_FLAG).encode(),
+            hex::decode("a2c3b1").expect("hex")
+        );
+        // not a flag: two characters, empty, wrong type
+        assert_eq!(flag_of(&Value::str("\u{f0}\u{f0}")), None);
+        assert_eq!(flag_of(&Value::Bin(vec![])), None);
+        assert_eq!(flag_of(&Value::Int(0xf0)), None);
     }
 
     #[test]
