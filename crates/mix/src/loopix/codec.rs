@@ -6,9 +6,12 @@ use std::fmt;
 use rand_core::RngCore;
 use serde::{Deserialize, Serialize};
 
+use zeroize::Zeroizing;
+
+use super::control::{AuthRequest, ControlKind};
 use crate::sphinx::msgpack::{self, Value};
 use crate::sphinx::p224::{Point, scalar_from_be_mod_n};
-use crate::sphinx::{SphinxError, sphinxmix, x25519};
+use crate::sphinx::{SphinxError, ct_eq, sphinxmix, x25519};
 
 /// Which Sphinx format a network uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +105,31 @@ impl SecretKey {
                 PublicKey::P224(Point::generator().mul(s).unwrap_or_else(Point::generator))
             }
             SecretKey::X25519(s) => PublicKey::X25519(x25519::KeyPair::from_secret(*s).public),
+        }
+    }
+
+    /// Static Diffie-Hellman with a peer's public key (constant time): the
+    /// x coordinate of `secret * peer` (P-224, 28 bytes) or the X25519
+    /// output (32 bytes). `None` for mismatched profiles or a degenerate
+    /// result (identity, all-zero X25519 output).
+    pub fn dh(&self, peer: &PublicKey) -> Option<Zeroizing<Vec<u8>>> {
+        match (self, peer) {
+            (SecretKey::P224(s), PublicKey::P224(pt)) => {
+                let shared = Zeroizing::new(pt.mul(s)?.to_uncompressed());
+                Some(Zeroizing::new(shared[1..29].to_vec()))
+            }
+            (SecretKey::X25519(s), PublicKey::X25519(pk)) => {
+                let out = Zeroizing::new(
+                    curve25519_dalek::montgomery::MontgomeryPoint(*pk)
+                        .mul_clamped(*s)
+                        .to_bytes(),
+                );
+                if ct_eq(&out[..], &[0u8; 32]) {
+                    return None;
+                }
+                Some(Zeroizing::new(out.to_vec()))
+            }
+            _ => None,
         }
     }
 
@@ -487,17 +515,16 @@ pub fn process_datagram(
     }
 }
 
-/// Plaintext control messages (msgpack, as the reference sends them).
+/// Control messages between clients and providers (msgpack arrays whose
+/// first item is a word; Sphinx datagrams never look like that).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Control {
-    /// `['SUBSCRIBE', name, host, port]` (a fifth `pubk` field is accepted).
-    Subscribe {
-        name: String,
-        host: String,
-        port: u16,
-    },
-    /// `['PULL', name]`.
-    Pull { name: String },
+    /// An authenticated SUBSCRIBE or PULL (see [`super::control`]).
+    Auth(AuthRequest),
+    /// The reference's unauthenticated `['SUBSCRIBE', name, host, port(,
+    /// pubk)]` or `['PULL', name]`: recognised only to be refused and
+    /// counted (it is never answered).
+    Legacy { kind: ControlKind, name: String },
     /// `('DUMMY', noise, noise)`: a provider's filler answer to PULL.
     Dummy,
 }
@@ -505,16 +532,15 @@ pub enum Control {
 impl Control {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Control::Subscribe { name, host, port } => Value::Array(vec![
-                Value::str("SUBSCRIBE"),
-                Value::str(name),
-                Value::str(host),
-                Value::Int(i128::from(*port)),
-            ])
-            .encode(),
-            Control::Pull { name } => {
-                Value::Array(vec![Value::str("PULL"), Value::str(name)]).encode()
-            }
+            Control::Auth(r) => r.encode(),
+            Control::Legacy {
+                kind: ControlKind::Subscribe,
+                name,
+            } => legacy_subscribe(name, "0.0.0.0", 0),
+            Control::Legacy {
+                kind: ControlKind::Pull,
+                name,
+            } => legacy_pull(name),
             Control::Dummy => Value::Array(vec![Value::str("DUMMY")]).encode(),
         }
     }
@@ -530,28 +556,52 @@ impl Control {
 
     /// Recognises a control message; `None` for anything else (packets).
     pub fn parse(data: &[u8]) -> Option<Control> {
-        // Control messages are short msgpack arrays whose first item is a str.
+        // Control messages are short msgpack arrays (2 to 6 items) whose
+        // first item is a word (str from Python 3, bin from Python 2).
         let first = *data.first()?;
-        if !(0x92..=0x95).contains(&first) || data.len() > 4096 {
+        if !(0x92..=0x96).contains(&first) || data.len() > 4096 {
             return None;
         }
         let v = Value::decode(data).ok()?;
         let a = v.as_array()?;
-        let Value::Str(kind) = a.first()? else {
-            return None;
+        let word = match a.first()? {
+            w @ (Value::Str(_) | Value::Bin(_)) => w.as_text()?,
+            _ => return None,
         };
-        let s = |i: usize| -> Option<String> { Some(a.get(i)?.as_text()?.to_string()) };
-        match kind.as_slice() {
-            b"SUBSCRIBE" if a.len() == 4 || a.len() == 5 => Some(Control::Subscribe {
-                name: s(1)?,
-                host: s(2)?,
-                port: u16::try_from(a[3].as_int()?).ok()?,
-            }),
-            b"PULL" if a.len() == 2 => Some(Control::Pull { name: s(1)? }),
-            b"DUMMY" => Some(Control::Dummy),
-            _ => None,
+        if word == "DUMMY" {
+            return Some(Control::Dummy);
         }
+        let kind = ControlKind::from_word(word)?;
+        if let Some(r) = AuthRequest::from_items(kind, a) {
+            return Some(Control::Auth(r));
+        }
+        let name = a.get(1)?.as_text()?.to_string();
+        let legacy_shape = match kind {
+            ControlKind::Subscribe => {
+                (a.len() == 4 || a.len() == 5)
+                    && a[2].as_text().is_some()
+                    && a[3].as_int().is_some()
+            }
+            ControlKind::Pull => a.len() == 2,
+        };
+        legacy_shape.then_some(Control::Legacy { kind, name })
     }
+}
+
+/// The reference's unauthenticated SUBSCRIBE (for tests and tools).
+pub fn legacy_subscribe(name: &str, host: &str, port: u16) -> Vec<u8> {
+    Value::Array(vec![
+        Value::str("SUBSCRIBE"),
+        Value::str(name),
+        Value::str(host),
+        Value::Int(i128::from(port)),
+    ])
+    .encode()
+}
+
+/// The reference's unauthenticated PULL (for tests and tools).
+pub fn legacy_pull(name: &str) -> Vec<u8> {
+    Value::Array(vec![Value::str("PULL"), Value::str(name)]).encode()
 }
 
 #[cfg(test)]
@@ -580,20 +630,45 @@ mod tests {
 
     #[test]
     fn control_messages() {
-        let s = Control::Subscribe {
-            name: "c1".into(),
-            host: "127.0.0.1".into(),
-            port: 5,
+        let sub = legacy_subscribe("c1", "127.0.0.1", 5);
+        assert_eq!(
+            Control::parse(&sub),
+            Some(Control::Legacy {
+                kind: ControlKind::Subscribe,
+                name: "c1".into()
+            })
+        );
+        assert_eq!(
+            Control::parse(&legacy_pull("c1")),
+            Some(Control::Legacy {
+                kind: ControlKind::Pull,
+                name: "c1".into()
+            })
+        );
+        // Python 2 packs the words as bin: still recognised (and refused)
+        let py2 = Value::Array(vec![Value::bin(b"PULL"), Value::bin(b"c1")]).encode();
+        assert!(matches!(Control::parse(&py2), Some(Control::Legacy { .. })));
+        let r = AuthRequest {
+            kind: ControlKind::Pull,
+            client: "c1".into(),
+            provider: "p0".into(),
+            ts_ms: 1_800_000_000_000,
+            mac: [7; 16],
         };
-        assert_eq!(Control::parse(&s.encode()), Some(s));
-        let p = Control::Pull { name: "c1".into() };
-        assert_eq!(Control::parse(&p.encode()), Some(p));
+        assert_eq!(Control::parse(&r.encode()), Some(Control::Auth(r.clone())));
+        // a MAC of the wrong length or a str MAC is not an auth request
+        let mut bad = Value::decode(&r.encode()).expect("msgpack");
+        if let Value::Array(a) = &mut bad {
+            a[5] = Value::Str(vec![7; 16]);
+        }
+        assert_eq!(Control::parse(&bad.encode()), None);
         let mut rng = rand::thread_rng();
         assert_eq!(
             Control::parse(&Control::dummy(500, &mut rng)),
             Some(Control::Dummy)
         );
         assert_eq!(Control::parse(b"garbage"), None);
+        assert_eq!(Control::parse(&[0x92, 0x01, 0x02]), None);
     }
 
     #[test]
