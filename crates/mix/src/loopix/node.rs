@@ -293,6 +293,8 @@ pub struct MixNode {
     subscribed: HashMap<String, Instant>,
     inbox: HashMap<String, VecDeque<Vec<u8>>>,
     clock: WallClock,
+    /// Logged once: a client over its control rate.
+    warned_rate: bool,
     started: Instant,
     pub stats: Stats,
     rng: StdRng,
@@ -358,6 +360,7 @@ impl MixNode {
             subscribed: HashMap::new(),
             inbox: HashMap::new(),
             clock: WallClock::new(now),
+            warned_rate: false,
             started: now,
             stats: Stats {
                 name: name.to_string(),
@@ -440,6 +443,14 @@ impl MixNode {
 
     fn refused(&mut self, r: Refusal) {
         self.stats.count_refusal(r);
+        if r == Refusal::RateLimited && !self.warned_rate {
+            self.warned_rate = true;
+            tracing::warn!(
+                node = %self.name,
+                "a client's SUBSCRIBE/PULL requests exceed CONTROL_RATE; if honest clients pull \
+                 more often than TIME_PULL here says, set TIME_PULL or CONTROL_RATE to match"
+            );
+        }
         tracing::debug!(node = %self.name, reason = ?r, "control request refused");
     }
 
