@@ -29,6 +29,12 @@ pub enum TestnetCmd {
         /// (no root needed).
         #[arg(long)]
         no_emulation: bool,
+        /// Run every node under libfaketime (Debian package `faketime`)
+        /// with this file as its clock offset (e.g. `+0`, later `+3d`):
+        /// writing the file moves every node's wall clock at once, to test
+        /// certificate and key lifetimes. Monotonic time is not changed.
+        #[arg(long)]
+        clock_file: Option<PathBuf>,
     },
     /// Show the nodes of a network and whether they are running.
     Status {
@@ -73,10 +79,14 @@ pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
             dir,
             timeout,
             no_emulation,
+            clock_file,
         } => {
             let mut opts = LaunchOptions::new(std::env::current_exe()?);
-            opts.timeout = timeout.map(std::time::Duration::from_secs);
+            if let Some(t) = timeout {
+                opts.timeout = Some(std::time::Duration::from_secs(t));
+            }
             opts.no_emulation = no_emulation;
+            opts.clock_file = clock_file;
             let net = match onionmix_testbed::spec::load_loopix(&spec) {
                 Some(l) => onionmix_testbed::loopix::start(&spec, &l?, &dir, &opts)?,
                 None => launcher::start(&Spec::load(&spec)?, &dir, &opts)?,

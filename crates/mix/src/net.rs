@@ -63,6 +63,14 @@ pub fn write_stats(path: &Path, stats: &Stats) {
     }
 }
 
+/// The wall clock in Unix milliseconds (control-request timestamps).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 /// Resolves `host:port` with a small cache (IP literals need no lookup).
 struct Resolver {
     cache: HashMap<(String, u16), SocketAddr>,
@@ -139,6 +147,7 @@ pub async fn run_mix_node(
         start,
     )
     .map_err(NetError::Config)?;
+    node.set_wall_clock(start, unix_ms());
     if cfg.start_delay > 0.0 {
         tokio::time::sleep(Duration::from_secs_f64(cfg.start_delay)).await;
     }
@@ -193,11 +202,11 @@ pub async fn run_mix_node(
         tokio::select! {
             _ = &mut shutdown => break,
             r = sock.recv_from(&mut buf) => {
-                let (n, _from) = match r { Ok(x) => x, Err(e) => { tracing::debug!("recv: {e}"); continue } };
+                let (n, from) = match r { Ok(x) => x, Err(e) => { tracing::debug!("recv: {e}"); continue } };
                 let now = Instant::now();
                 let data = &buf[..n];
                 if let Some(c) = node.pre_dispatch(now, data) {
-                    node.handle_control(now, c);
+                    node.handle_control(now, from.ip(), c);
                 } else if job_tx.try_send(data.to_vec()).is_err() {
                     node.stats.count_drop(DropReason::Overload);
                 }
@@ -211,6 +220,7 @@ pub async fn run_mix_node(
             }
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
             _ = stats_tick.tick() => {
+                node.set_wall_clock(Instant::now(), unix_ms());
                 if let Some(p) = &cfg.stats_file { write_stats(p, &node.stats); }
             }
         }
@@ -293,6 +303,7 @@ pub async fn run_client(
     let start = Instant::now();
     let mut node = ClientNode::new(&cfg.name, profile, key, dir, cfg.params.clone(), start)
         .map_err(NetError::Config)?;
+    node.set_wall_clock(start, unix_ms());
     let sock = bind(&cfg).await?;
     tracing::info!(node = %cfg.name, role = "client", addr = %cfg.listen, profile = %cfg.profile, "node ready");
     let mut res = Resolver {
@@ -328,6 +339,7 @@ pub async fn run_client(
                 if let Some(ob) = &cfg.outbox_dir { read_outbox(ob, &mut node); }
             }
             _ = stats_tick.tick() => {
+                node.set_wall_clock(Instant::now(), unix_ms());
                 if let Some(p) = &cfg.stats_file { write_stats(p, &node.stats); }
             }
         }

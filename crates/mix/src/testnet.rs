@@ -302,6 +302,12 @@ pub fn generate(
         });
         Ok(())
     };
+    // Providers expect their clients' pull interval (it sets the automatic
+    // per-client control rate limit).
+    let provider_params = LoopixParams {
+        time_pull: spec.client_params.time_pull,
+        ..spec.mix_params.clone()
+    };
     for p in &dir.providers {
         add(
             &p.name,
@@ -309,7 +315,7 @@ pub fn generate(
             p,
             public_file_bytes("provider", p, None, None),
             None,
-            &spec.mix_params,
+            &provider_params,
         )?;
     }
     for m in &dir.mixes {

@@ -200,7 +200,7 @@ fn simulate(kind: ProfileKind) {
         }
         for o in wire {
             if let Some(m) = mixes.get_mut(&o.port) {
-                m.handle_datagram(now, &o.data);
+                m.handle_datagram(now, std::net::IpAddr::from([127, 0, 0, 1]), &o.data);
             } else if let Some(c) = clients.get_mut(&o.port) {
                 c.handle_datagram(now, &o.data);
             }

@@ -82,7 +82,7 @@ fn python_packets_processed_by_rust() {
             let v = sphinxmix::receive_forward(&out.mac_key, &out.packet.body).expect("body MAC");
             let a = v.as_array().expect("(dest, msg)");
             assert_eq!(
-                a[1].as_bytes().expect("bytes"),
+                a[1].as_str_or_bin().expect("bytes"),
                 &hex::decode(&msg).expect("hex")[..]
             );
             assert_eq!(a[0].as_array().expect("dest")[2], Value::str("node5"));

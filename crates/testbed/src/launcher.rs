@@ -28,6 +28,25 @@ pub struct LaunchOptions {
     pub address: String,
     /// Ignore the spec's `[emulation]` table and run on loopback.
     pub no_emulation: bool,
+    /// Run every node under libfaketime with this file as the clock offset
+    /// (`FAKETIME_TIMESTAMP_FILE`, e.g. `+0`, then `+3d`), so a test can
+    /// move all nodes' wall clocks together. Monotonic time is untouched.
+    pub clock_file: Option<PathBuf>,
+}
+
+/// Where Debian's `faketime` package puts libfaketime.
+pub const LIBFAKETIME_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+];
+
+/// The libfaketime library, if installed.
+pub fn libfaketime() -> Option<PathBuf> {
+    LIBFAKETIME_PATHS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
 }
 
 /// Environment variable that overrides every spec's bootstrap timeout
@@ -49,6 +68,7 @@ impl LaunchOptions {
             progress: true,
             address: "127.0.0.1".into(),
             no_emulation: false,
+            clock_file: None,
         }
     }
 }
@@ -553,10 +573,34 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
     }
 
     // Commands run inside the node's namespace when emulated.
+    let faketime = match &opts.clock_file {
+        Some(f) => {
+            let lib = libfaketime().ok_or_else(|| {
+                LaunchError::new(
+                    "a clock file needs libfaketime: apt-get install -y faketime".to_string(),
+                )
+            })?;
+            if !f.exists() {
+                std::fs::write(f, "+0\n").map_err(|e| {
+                    LaunchError::new(format!("cannot write {}: {e}", f.display()))
+                })?;
+            }
+            Some((lib, f.clone()))
+        }
+        None => None,
+    };
     let mk = |name: &str, program: &std::ffi::OsStr| -> Command {
-        emu.as_ref()
+        let mut c = emu
+            .as_ref()
             .and_then(|h| h.command(name, program))
-            .unwrap_or_else(|| Command::new(program))
+            .unwrap_or_else(|| Command::new(program));
+        if let Some((lib, file)) = &faketime {
+            c.env("LD_PRELOAD", lib)
+                .env("FAKETIME_TIMESTAMP_FILE", file)
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .env("FAKETIME_CACHE_DURATION", "1");
+        }
+        c
     };
 
     // Start: sink, authorities, relays, then clients.

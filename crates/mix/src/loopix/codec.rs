@@ -6,9 +6,12 @@ use std::fmt;
 use rand_core::RngCore;
 use serde::{Deserialize, Serialize};
 
+use zeroize::Zeroizing;
+
+use super::control::{AuthRequest, ControlKind};
 use crate::sphinx::msgpack::{self, Value};
 use crate::sphinx::p224::{Point, scalar_from_be_mod_n};
-use crate::sphinx::{SphinxError, sphinxmix, x25519};
+use crate::sphinx::{SphinxError, ct_eq, sphinxmix, x25519};
 
 /// Which Sphinx format a network uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +105,31 @@ impl SecretKey {
                 PublicKey::P224(Point::generator().mul(s).unwrap_or_else(Point::generator))
             }
             SecretKey::X25519(s) => PublicKey::X25519(x25519::KeyPair::from_secret(*s).public),
+        }
+    }
+
+    /// Static Diffie-Hellman with a peer's public key (constant time): the
+    /// x coordinate of `secret * peer` (P-224, 28 bytes) or the X25519
+    /// output (32 bytes). `None` for mismatched profiles or a degenerate
+    /// result (identity, all-zero X25519 output).
+    pub fn dh(&self, peer: &PublicKey) -> Option<Zeroizing<Vec<u8>>> {
+        match (self, peer) {
+            (SecretKey::P224(s), PublicKey::P224(pt)) => {
+                let shared = Zeroizing::new(pt.mul(s)?.to_uncompressed());
+                Some(Zeroizing::new(shared[1..29].to_vec()))
+            }
+            (SecretKey::X25519(s), PublicKey::X25519(pk)) => {
+                let out = Zeroizing::new(
+                    curve25519_dalek::montgomery::MontgomeryPoint(*pk)
+                        .mul_clamped(*s)
+                        .to_bytes(),
+                );
+                if ct_eq(&out[..], &[0u8; 32]) {
+                    return None;
+                }
+                Some(Zeroizing::new(out.to_vec()))
+            }
+            _ => None,
         }
     }
 
@@ -215,7 +243,7 @@ impl RoutingEntry {
         if addr.len() != 2 {
             return None;
         }
-        let host = String::from_utf8(addr[0].as_bytes()?.to_vec()).ok()?;
+        let host = addr[0].as_text()?.to_string();
         let port = u16::try_from(addr[1].as_int()?).ok()?;
         let drop = a[1].as_bool()?;
         let type_flag = match &a[2] {
@@ -223,7 +251,7 @@ impl RoutingEntry {
             v => Some(i64::try_from(v.as_int()?).ok()?),
         };
         let delay = a[3].as_f64()?;
-        let name = String::from_utf8(a[4].as_bytes()?.to_vec()).ok()?;
+        let name = a[4].as_text()?.to_string();
         Some(RoutingEntry {
             host,
             port,
@@ -279,9 +307,9 @@ impl Dest {
             return None;
         }
         Some(Dest {
-            host: String::from_utf8(a[0].as_bytes()?.to_vec()).ok()?,
+            host: a[0].as_text()?.to_string(),
             port: u16::try_from(a[1].as_int()?).ok()?,
-            name: String::from_utf8(a[2].as_bytes()?.to_vec()).ok()?,
+            name: a[2].as_text()?.to_string(),
         })
     }
     fn to_x25519(&self) -> Vec<u8> {
@@ -450,7 +478,9 @@ pub fn process_datagram(
                     return Err(DropReason::BadBody);
                 }
                 let dest = Dest::from_value(&a[0]).ok_or(DropReason::BadBody)?;
-                let msg = a[1].as_bytes().ok_or(DropReason::BadBody)?.to_vec();
+                // The reference's receive_forward returns the message as
+                // packed (Python 2 clients: bin; a Python 3 str stays str).
+                let msg = a[1].as_str_or_bin().ok_or(DropReason::BadBody)?.to_vec();
                 Ok(ProcessedPacket {
                     tag: out.tag,
                     outcome: Outcome::Deliver { dest, msg },
@@ -485,17 +515,16 @@ pub fn process_datagram(
     }
 }
 
-/// Plaintext control messages (msgpack, as the reference sends them).
+/// Control messages between clients and providers (msgpack arrays whose
+/// first item is a word; Sphinx datagrams never look like that).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Control {
-    /// `['SUBSCRIBE', name, host, port]` (a fifth `pubk` field is accepted).
-    Subscribe {
-        name: String,
-        host: String,
-        port: u16,
-    },
-    /// `['PULL', name]`.
-    Pull { name: String },
+    /// An authenticated SUBSCRIBE or PULL (see [`super::control`]).
+    Auth(AuthRequest),
+    /// The reference's unauthenticated `['SUBSCRIBE', name, host, port(,
+    /// pubk)]` or `['PULL', name]`: recognised only to be refused and
+    /// counted (it is never answered).
+    Legacy { kind: ControlKind, name: String },
     /// `('DUMMY', noise, noise)`: a provider's filler answer to PULL.
     Dummy,
 }
@@ -503,16 +532,15 @@ pub enum Control {
 impl Control {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Control::Subscribe { name, host, port } => Value::Array(vec![
-                Value::str("SUBSCRIBE"),
-                Value::str(name),
-                Value::str(host),
-                Value::Int(i128::from(*port)),
-            ])
-            .encode(),
-            Control::Pull { name } => {
-                Value::Array(vec![Value::str("PULL"), Value::str(name)]).encode()
-            }
+            Control::Auth(r) => r.encode(),
+            Control::Legacy {
+                kind: ControlKind::Subscribe,
+                name,
+            } => legacy_subscribe(name, "0.0.0.0", 0),
+            Control::Legacy {
+                kind: ControlKind::Pull,
+                name,
+            } => legacy_pull(name),
             Control::Dummy => Value::Array(vec![Value::str("DUMMY")]).encode(),
         }
     }
@@ -528,29 +556,52 @@ impl Control {
 
     /// Recognises a control message; `None` for anything else (packets).
     pub fn parse(data: &[u8]) -> Option<Control> {
-        // Control messages are short msgpack arrays whose first item is a str.
+        // Control messages are short msgpack arrays (2 to 6 items) whose
+        // first item is a word (str from Python 3, bin from Python 2).
         let first = *data.first()?;
-        if !(0x92..=0x95).contains(&first) || data.len() > 4096 {
+        if !(0x92..=0x96).contains(&first) || data.len() > 4096 {
             return None;
         }
         let v = Value::decode(data).ok()?;
         let a = v.as_array()?;
-        let Value::Str(kind) = a.first()? else {
-            return None;
+        let word = match a.first()? {
+            w @ (Value::Str(_) | Value::Bin(_)) => w.as_text()?,
+            _ => return None,
         };
-        let s =
-            |i: usize| -> Option<String> { String::from_utf8(a.get(i)?.as_bytes()?.to_vec()).ok() };
-        match kind.as_slice() {
-            b"SUBSCRIBE" if a.len() == 4 || a.len() == 5 => Some(Control::Subscribe {
-                name: s(1)?,
-                host: s(2)?,
-                port: u16::try_from(a[3].as_int()?).ok()?,
-            }),
-            b"PULL" if a.len() == 2 => Some(Control::Pull { name: s(1)? }),
-            b"DUMMY" => Some(Control::Dummy),
-            _ => None,
+        if word == "DUMMY" {
+            return Some(Control::Dummy);
         }
+        let kind = ControlKind::from_word(word)?;
+        if let Some(r) = AuthRequest::from_items(kind, a) {
+            return Some(Control::Auth(r));
+        }
+        let name = a.get(1)?.as_text()?.to_string();
+        let legacy_shape = match kind {
+            ControlKind::Subscribe => {
+                (a.len() == 4 || a.len() == 5)
+                    && a[2].as_text().is_some()
+                    && a[3].as_int().is_some()
+            }
+            ControlKind::Pull => a.len() == 2,
+        };
+        legacy_shape.then_some(Control::Legacy { kind, name })
     }
+}
+
+/// The reference's unauthenticated SUBSCRIBE (for tests and tools).
+pub fn legacy_subscribe(name: &str, host: &str, port: u16) -> Vec<u8> {
+    Value::Array(vec![
+        Value::str("SUBSCRIBE"),
+        Value::str(name),
+        Value::str(host),
+        Value::Int(i128::from(port)),
+    ])
+    .encode()
+}
+
+/// The reference's unauthenticated PULL (for tests and tools).
+pub fn legacy_pull(name: &str) -> Vec<u8> {
+    Value::Array(vec![Value::str("PULL"), Value::str(name)]).encode()
 }
 
 #[cfg(test)]
@@ -579,20 +630,81 @@ mod tests {
 
     #[test]
     fn control_messages() {
-        let s = Control::Subscribe {
-            name: "c1".into(),
-            host: "127.0.0.1".into(),
-            port: 5,
+        let sub = legacy_subscribe("c1", "127.0.0.1", 5);
+        assert_eq!(
+            Control::parse(&sub),
+            Some(Control::Legacy {
+                kind: ControlKind::Subscribe,
+                name: "c1".into()
+            })
+        );
+        assert_eq!(
+            Control::parse(&legacy_pull("c1")),
+            Some(Control::Legacy {
+                kind: ControlKind::Pull,
+                name: "c1".into()
+            })
+        );
+        // Python 2 packs the words as bin: still recognised (and refused)
+        let py2 = Value::Array(vec![Value::bin(b"PULL"), Value::bin(b"c1")]).encode();
+        assert!(matches!(Control::parse(&py2), Some(Control::Legacy { .. })));
+        let r = AuthRequest {
+            kind: ControlKind::Pull,
+            client: "c1".into(),
+            provider: "p0".into(),
+            ts_ms: 1_800_000_000_000,
+            mac: [7; 16],
         };
-        assert_eq!(Control::parse(&s.encode()), Some(s));
-        let p = Control::Pull { name: "c1".into() };
-        assert_eq!(Control::parse(&p.encode()), Some(p));
+        assert_eq!(Control::parse(&r.encode()), Some(Control::Auth(r.clone())));
+        // a MAC of the wrong length or a str MAC is not an auth request
+        let mut bad = Value::decode(&r.encode()).expect("msgpack");
+        if let Value::Array(a) = &mut bad {
+            a[5] = Value::Str(vec![7; 16]);
+        }
+        assert_eq!(Control::parse(&bad.encode()), None);
         let mut rng = rand::thread_rng();
         assert_eq!(
             Control::parse(&Control::dummy(500, &mut rng)),
             Some(Control::Dummy)
         );
         assert_eq!(Control::parse(b"garbage"), None);
+        assert_eq!(Control::parse(&[0x92, 0x01, 0x02]), None);
+    }
+
+    #[test]
+    fn routing_entry_python2_bin_fields() {
+        // Python 2 Loopix packs str as bin: flag `c4 01 f0`, host and name
+        // as bin. Header bytes differ from Python 3's, the entry is the same.
+        let e = RoutingEntry {
+            host: "127.0.0.1".into(),
+            port: 30101,
+            drop: false,
+            type_flag: None,
+            delay: 0.0123,
+            name: "mix0".into(),
+        };
+        let py2 = Value::Array(vec![
+            Value::Bin(vec![sphinxmix::RELAY_FLAG]),
+            Value::Array(vec![
+                Value::Array(vec![Value::bin(b"127.0.0.1"), Value::Int(30101)]),
+                Value::Bool(false),
+                Value::Nil,
+                Value::F64(0.0123),
+                Value::bin(b"mix0"),
+            ]),
+        ]);
+        let a = py2.as_array().expect("array");
+        assert_eq!(sphinxmix::flag_of(&a[0]), Some(sphinxmix::RELAY_FLAG));
+        assert_eq!(RoutingEntry::from_sphinxmix_info(&a[1]), Some(e));
+        // a name that is not UTF-8 is refused in either form
+        let bad = Value::Array(vec![
+            Value::Array(vec![Value::bin(b"127.0.0.1"), Value::Int(1)]),
+            Value::Bool(false),
+            Value::Nil,
+            Value::F64(0.0),
+            Value::Str(vec![0xff]),
+        ]);
+        assert_eq!(RoutingEntry::from_sphinxmix_info(&bad), None);
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub struct LoopixParams {
     /// Mean per-hop delay 1/μ (s), drawn by the sender for each hop.
     #[serde(rename = "EXP_PARAMS_DELAY")]
     pub exp_params_delay: f64,
-    /// Interval between SUBSCRIBE and PULL (s).
+    /// Interval between SUBSCRIBE and PULL (s); at a provider, the interval
+    /// its clients use (it sets the automatic CONTROL_RATE).
     #[serde(rename = "TIME_PULL")]
     pub time_pull: f64,
     /// Bytes of noise in loop ("HT" + noise) and drop messages.
@@ -58,6 +59,18 @@ pub struct LoopixParams {
     /// Messages a client queues for sending.
     #[serde(rename = "SEND_QUEUE")]
     pub send_queue: usize,
+    /// Authenticated SUBSCRIBE/PULL requests a provider accepts per client
+    /// per second (token bucket rate); 0 = automatic, twice what an honest
+    /// client sends (2 requests per TIME_PULL): `4 / TIME_PULL`.
+    #[serde(rename = "CONTROL_RATE")]
+    pub control_rate: f64,
+    /// Burst of the per-client control bucket.
+    #[serde(rename = "CONTROL_BURST")]
+    pub control_burst: f64,
+    /// Largest difference (s) between a request's timestamp and the
+    /// provider's clock.
+    #[serde(rename = "CONTROL_MAX_SKEW")]
+    pub control_max_skew: f64,
 }
 
 impl Default for LoopixParams {
@@ -77,6 +90,29 @@ impl Default for LoopixParams {
             replay_cache: 1_000_000,
             max_delay: 3600.0,
             send_queue: 100,
+            control_rate: 0.0,
+            control_burst: 20.0,
+            control_max_skew: 120.0,
+        }
+    }
+}
+
+impl LoopixParams {
+    /// The pull interval clients use (TIME_PULL, or 10 s when it is 0).
+    pub fn effective_time_pull(&self) -> f64 {
+        if self.time_pull > 0.0 {
+            self.time_pull
+        } else {
+            10.0
+        }
+    }
+
+    /// Per-client control requests per second a provider accepts.
+    pub fn effective_control_rate(&self) -> f64 {
+        if self.control_rate > 0.0 {
+            self.control_rate
+        } else {
+            4.0 / self.effective_time_pull().max(0.001)
         }
     }
 }
@@ -180,6 +216,9 @@ impl NodeConfig {
             ("EXP_PARAMS_DELAY", p.exp_params_delay),
             ("TIME_PULL", p.time_pull),
             ("MAX_DELAY", p.max_delay),
+            ("CONTROL_RATE", p.control_rate),
+            ("CONTROL_BURST", p.control_burst),
+            ("CONTROL_MAX_SKEW", p.control_max_skew),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err(format!(
@@ -191,8 +230,12 @@ impl NodeConfig {
             || p.noise_length > 60_000
             || p.max_queue == 0
             || p.send_queue == 0
+            || p.control_burst < 1.0
         {
-            return Err("MAX_RETRIEVE, NOISE_LENGTH, MAX_QUEUE or SEND_QUEUE out of range".into());
+            return Err(
+                "MAX_RETRIEVE, NOISE_LENGTH, MAX_QUEUE, SEND_QUEUE or CONTROL_BURST out of range"
+                    .into(),
+            );
         }
         if self.role == Role::Client && self.provider.is_none() {
             return Err("a client needs `provider`".into());

@@ -6,6 +6,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use super::codec::{
     SecretKey,
 };
 use super::config::LoopixParams;
+use super::control::{ControlKind, ProviderAuth, Refusal};
 use crate::directory::{Directory, NodeInfo};
 use crate::sphinx::replay::ReplayCache;
 
@@ -39,8 +41,40 @@ pub fn sample_exp(rng: &mut impl Rng, mean: f64) -> f64 {
     -mean * u.ln()
 }
 
-fn secs(s: f64) -> Duration {
+pub(super) fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.clamp(0.0, 1e7))
+}
+
+/// Wall-clock time (Unix milliseconds) derived from the monotonic `now`
+/// the node is given: the driver anchors it with `set_wall_clock`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WallClock {
+    anchor: Instant,
+    anchor_ms: u64,
+}
+
+impl WallClock {
+    /// Counts from 0 at `now` until anchored.
+    pub(super) fn new(now: Instant) -> WallClock {
+        WallClock::at(now, 0)
+    }
+
+    pub(super) fn at(now: Instant, unix_ms: u64) -> WallClock {
+        WallClock {
+            anchor: now,
+            anchor_ms: unix_ms,
+        }
+    }
+
+    pub(super) fn unix_ms(&self, now: Instant) -> u64 {
+        if now >= self.anchor {
+            let d = u64::try_from(now.duration_since(self.anchor).as_millis()).unwrap_or(u64::MAX);
+            self.anchor_ms.saturating_add(d)
+        } else {
+            let d = u64::try_from(self.anchor.duration_since(now).as_millis()).unwrap_or(u64::MAX);
+            self.anchor_ms.saturating_sub(d)
+        }
+    }
 }
 
 /// Counters every node keeps (roles use the fields that apply).
@@ -72,6 +106,20 @@ pub struct Stats {
     pub dummies_sent: u64,
     pub pushed: u64,
     pub subscribed_clients: u64,
+    /// Authenticated SUBSCRIBE/PULL requests accepted.
+    pub control_accepted: u64,
+    /// Reference-format (unauthenticated) SUBSCRIBE/PULL, never answered.
+    pub dropped_unauthenticated: u64,
+    /// Wrong provider, unknown client or bad MAC.
+    pub dropped_bad_auth: u64,
+    /// Timestamp outside the allowed clock skew.
+    pub dropped_stale: u64,
+    /// Control request replayed.
+    pub dropped_control_replay: u64,
+    /// Authentic requests over the client's rate.
+    pub dropped_rate_limited: u64,
+    /// Refused requests from a source over its refusal budget.
+    pub dropped_source_limited: u64,
     // client
     pub sent_real: u64,
     pub sent_drop: u64,
@@ -97,8 +145,27 @@ impl Stats {
         }
     }
 
+    pub fn count_refusal(&mut self, r: Refusal) {
+        match r {
+            Refusal::Unauthenticated => self.dropped_unauthenticated += 1,
+            Refusal::WrongProvider | Refusal::UnknownClient | Refusal::BadMac => {
+                self.dropped_bad_auth += 1
+            }
+            Refusal::Stale => self.dropped_stale += 1,
+            Refusal::Replay => self.dropped_control_replay += 1,
+            Refusal::RateLimited => self.dropped_rate_limited += 1,
+            Refusal::SourceLimited => self.dropped_source_limited += 1,
+        }
+    }
+
     pub fn dropped_total(&self) -> u64 {
-        self.dropped_malformed
+        self.dropped_unauthenticated
+            + self.dropped_bad_auth
+            + self.dropped_stale
+            + self.dropped_control_replay
+            + self.dropped_rate_limited
+            + self.dropped_source_limited
+            + self.dropped_malformed
             + self.dropped_bad_mac
             + self.dropped_bad_body
             + self.dropped_replay
@@ -176,7 +243,7 @@ impl DelayQueue {
     }
 }
 
-fn entry_for(n: &NodeInfo, delay: f64, drop: bool) -> RoutingEntry {
+pub(super) fn entry_for(n: &NodeInfo, delay: f64, drop: bool) -> RoutingEntry {
     RoutingEntry {
         host: n.host.clone(),
         port: n.port,
@@ -187,7 +254,7 @@ fn entry_for(n: &NodeInfo, delay: f64, drop: bool) -> RoutingEntry {
     }
 }
 
-fn loop_payload(noise: usize, rng: &mut StdRng) -> Vec<u8> {
+pub(super) fn loop_payload(noise: usize, rng: &mut StdRng) -> Vec<u8> {
     let mut m = vec![0u8; 2 + noise];
     m[0] = b'H';
     m[1] = b'T';
@@ -200,7 +267,7 @@ pub fn is_loop(msg: &[u8]) -> bool {
     msg.starts_with(b"HT")
 }
 
-fn loop_key(msg: &[u8]) -> Option<[u8; 8]> {
+pub(super) fn loop_key(msg: &[u8]) -> Option<[u8; 8]> {
     msg.get(2..10).and_then(|s| s.try_into().ok())
 }
 
@@ -217,15 +284,23 @@ pub struct MixNode {
     queue: DelayQueue,
     next_loop: Option<Instant>,
     pending_loops: HashMap<[u8; 8], Instant>,
-    subscribed: HashMap<String, (String, u16, Instant)>,
+    /// Providers: admission of SUBSCRIBE/PULL.
+    auth: Option<ProviderAuth>,
+    /// Providers: directory address of each of their clients (the only
+    /// place replies and pushed packets go).
+    client_addrs: HashMap<String, (String, u16)>,
+    /// Providers: clients that sent an authenticated SUBSCRIBE (when).
+    subscribed: HashMap<String, Instant>,
     inbox: HashMap<String, VecDeque<Vec<u8>>>,
+    clock: WallClock,
+    /// Logged once: a client over its control rate.
+    warned_rate: bool,
     started: Instant,
     pub stats: Stats,
     rng: StdRng,
 }
 
-const MAX_SUBSCRIBED: usize = 100_000;
-const MAX_PENDING_LOOPS: usize = 10_000;
+pub(super) const MAX_PENDING_LOOPS: usize = 10_000;
 
 impl MixNode {
     pub fn new(
@@ -257,6 +332,18 @@ impl MixNode {
         let mut rng = StdRng::from_entropy();
         let next_loop = (params.exp_params_loops > 0.0)
             .then(|| now + secs(sample_exp(&mut rng, params.exp_params_loops)));
+        let (auth, client_addrs) = if provider {
+            let addrs = dir
+                .clients
+                .iter()
+                .filter(|c| c.provider == name)
+                .map(|c| (c.node.name.clone(), (c.node.host.clone(), c.node.port)))
+                .collect();
+            let auth = ProviderAuth::new(name, key.clone(), me.key, &dir, &params, now);
+            (Some(auth), addrs)
+        } else {
+            (None, HashMap::new())
+        };
         Ok(MixNode {
             name: name.to_string(),
             profile,
@@ -268,8 +355,12 @@ impl MixNode {
             me,
             next_loop,
             pending_loops: HashMap::new(),
+            auth,
+            client_addrs,
             subscribed: HashMap::new(),
             inbox: HashMap::new(),
+            clock: WallClock::new(now),
+            warned_rate: false,
             started: now,
             stats: Stats {
                 name: name.to_string(),
@@ -288,10 +379,18 @@ impl MixNode {
         self.key.clone()
     }
 
-    /// Handles one datagram, doing the Sphinx work inline.
-    pub fn handle_datagram(&mut self, now: Instant, data: &[u8]) {
+    /// Sets the wall clock (Unix milliseconds at `now`) that control
+    /// request timestamps are checked against; the driver calls it at start
+    /// and now and then. Without it the node counts from 0 at its creation
+    /// (enough for nodes that share one virtual clock).
+    pub fn set_wall_clock(&mut self, now: Instant, unix_ms: u64) {
+        self.clock = WallClock::at(now, unix_ms);
+    }
+
+    /// Handles one datagram from `from`, doing the Sphinx work inline.
+    pub fn handle_datagram(&mut self, now: Instant, from: IpAddr, data: &[u8]) {
         if let Some(c) = self.pre_dispatch(now, data) {
-            self.handle_control(now, c);
+            self.handle_control(now, from, c);
             return;
         }
         let r = codec::process_datagram(&self.profile, &self.key, data);
@@ -307,40 +406,57 @@ impl MixNode {
         Control::parse(data)
     }
 
-    pub fn handle_control(&mut self, now: Instant, c: Control) {
-        if !self.provider {
+    /// Handles a control message from source address `from`. Nothing is
+    /// ever sent back for a refused one; accepted ones are answered only at
+    /// the client's directory address.
+    pub fn handle_control(&mut self, now: Instant, from: IpAddr, c: Control) {
+        let Some(auth) = self.auth.as_mut() else {
             self.stats.count_drop(DropReason::Malformed);
             return;
-        }
-        match c {
-            Control::Subscribe { name, host, port } => {
-                let known = self
-                    .dir
-                    .client(&name)
-                    .is_some_and(|ci| ci.provider == self.name);
-                if known
-                    || self.subscribed.contains_key(&name)
-                    || self.subscribed.len() < MAX_SUBSCRIBED
-                {
-                    self.subscribed.insert(name, (host, port, now));
-                    self.stats.subscribed_clients = self.subscribed.len() as u64;
-                } else {
-                    self.stats.count_drop(DropReason::Overload);
-                }
+        };
+        let req = match c {
+            Control::Auth(r) => r,
+            Control::Legacy { .. } => {
+                let r = auth.unauthenticated(now, from);
+                self.refused(r);
+                return;
             }
-            Control::Pull { name } => self.pull(now, &name),
-            Control::Dummy => self.stats.count_drop(DropReason::Malformed),
+            Control::Dummy => {
+                self.stats.count_drop(DropReason::Malformed);
+                return;
+            }
+        };
+        if let Err(r) = auth.check(now, self.clock.unix_ms(now), from, &req) {
+            self.refused(r);
+            return;
+        }
+        self.stats.control_accepted += 1;
+        match req.kind {
+            ControlKind::Subscribe => {
+                // Bounded: only the provider's own directory clients pass.
+                self.subscribed.insert(req.client, now);
+                self.stats.subscribed_clients = self.subscribed.len() as u64;
+            }
+            ControlKind::Pull => self.pull(now, &req.client),
         }
     }
 
-    fn client_addr(&self, name: &str) -> Option<(String, u16)> {
-        if let Some((h, p, _)) = self.subscribed.get(name) {
-            return Some((h.clone(), *p));
+    fn refused(&mut self, r: Refusal) {
+        self.stats.count_refusal(r);
+        if r == Refusal::RateLimited && !self.warned_rate {
+            self.warned_rate = true;
+            tracing::warn!(
+                node = %self.name,
+                "a client's SUBSCRIBE/PULL requests exceed CONTROL_RATE; if honest clients pull \
+                 more often than TIME_PULL here says, set TIME_PULL or CONTROL_RATE to match"
+            );
         }
-        self.dir
-            .client(name)
-            .filter(|c| c.provider == self.name)
-            .map(|c| (c.node.host.clone(), c.node.port))
+        tracing::debug!(node = %self.name, reason = ?r, "control request refused");
+    }
+
+    /// The directory address of one of this provider's clients.
+    fn client_addr(&self, name: &str) -> Option<(String, u16)> {
+        self.client_addrs.get(name).cloned()
     }
 
     fn pull(&mut self, now: Instant, name: &str) {
@@ -407,11 +523,14 @@ impl MixNode {
                 let delay = next.delay.clamp(0.0, self.params.max_delay);
                 let delay = if delay.is_finite() { delay } else { 0.0 };
                 if self.provider && self.is_my_client(&next.name) {
-                    let subscribed_addr = self
+                    // Push only to a client that subscribed (authenticated),
+                    // and only at its directory address.
+                    let push_addr = self
                         .subscribed
-                        .get(&next.name)
-                        .map(|(h, p, _)| (h.clone(), *p));
-                    if let (true, Some((h, port))) = (self.params.push_messages, subscribed_addr) {
+                        .contains_key(&next.name)
+                        .then(|| self.client_addr(&next.name))
+                        .flatten();
+                    if let (true, Some((h, port))) = (self.params.push_messages, push_addr) {
                         self.stats.pushed += 1;
                         self.enqueue(Outgoing {
                             at: now + secs(delay),
@@ -447,19 +566,13 @@ impl MixNode {
     }
 
     fn is_my_client(&self, name: &str) -> bool {
-        self.subscribed.contains_key(name)
-            || self
-                .dir
-                .client(name)
-                .is_some_and(|c| c.provider == self.name)
+        self.client_addrs.contains_key(name)
     }
 
+    /// Stores a packet for one of this provider's clients (so the inbox
+    /// table is bounded by the directory; each inbox by
+    /// `MAX_STORED_PER_CLIENT`).
     fn store(&mut self, name: &str, packet: Vec<u8>) {
-        let known = self.inbox.contains_key(name);
-        if !known && self.inbox.len() >= MAX_SUBSCRIBED {
-            self.stats.count_drop(DropReason::Overload);
-            return;
-        }
         let q = self.inbox.entry(name.to_string()).or_default();
         if q.len() >= self.params.max_stored_per_client {
             self.stats.count_drop(DropReason::Overload);
@@ -568,323 +681,8 @@ impl MixNode {
     }
 }
 
-/// A delivered application message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivered {
-    pub msg: Vec<u8>,
-}
+pub use super::client::{ClientNode, Delivered};
 
-/// A Loopix client.
-pub struct ClientNode {
-    pub name: String,
-    profile: Profile,
-    key: SecretKey,
-    dir: Arc<Directory>,
-    params: LoopixParams,
-    me: NodeInfo,
-    provider: NodeInfo,
-    next_real: Option<Instant>,
-    next_loop: Option<Instant>,
-    next_drop: Option<Instant>,
-    next_pull: Instant,
-    send_queue: VecDeque<(String, Vec<u8>)>,
-    pending_loops: HashMap<[u8; 8], Instant>,
-    replay: ReplayCache,
-    delivered: VecDeque<Delivered>,
-    out: Vec<Outgoing>,
-    started: Instant,
-    pub stats: Stats,
-    rng: StdRng,
-}
-
-/// Bound on delivered messages waiting for the application.
-const MAX_DELIVERED: usize = 10_000;
-
-impl ClientNode {
-    pub fn new(
-        name: &str,
-        profile: Profile,
-        key: SecretKey,
-        dir: Arc<Directory>,
-        params: LoopixParams,
-        now: Instant,
-    ) -> Result<ClientNode, String> {
-        let ci = dir
-            .client(name)
-            .ok_or_else(|| format!("client {name} is not in the directory"))?
-            .clone();
-        if ci.node.key != key.public() {
-            return Err(format!(
-                "the secret key does not match {name}'s public key in the directory"
-            ));
-        }
-        let provider = dir
-            .provider(&ci.provider)
-            .ok_or_else(|| format!("provider {} of {name} is not in the directory", ci.provider))?
-            .clone();
-        if dir.layers().is_empty() {
-            return Err("the directory lists no mixes".into());
-        }
-        let mut rng = StdRng::from_entropy();
-        let first =
-            |rng: &mut StdRng, mean: f64| (mean > 0.0).then(|| now + secs(sample_exp(rng, mean)));
-        Ok(ClientNode {
-            name: name.to_string(),
-            next_real: first(&mut rng, params.exp_params_payload),
-            next_loop: first(&mut rng, params.exp_params_loops),
-            next_drop: first(&mut rng, params.exp_params_drop),
-            next_pull: now,
-            profile,
-            key,
-            replay: ReplayCache::new(params.replay_cache.min(100_000)),
-            send_queue: VecDeque::new(),
-            pending_loops: HashMap::new(),
-            delivered: VecDeque::new(),
-            out: Vec::new(),
-            me: ci.node,
-            provider,
-            dir,
-            started: now,
-            stats: Stats {
-                name: name.to_string(),
-                role: "client".into(),
-                ..Stats::default()
-            },
-            params,
-            rng,
-        })
-    }
-
-    /// Queues a real message for `recipient`; it leaves on the next tick of
-    /// the λP stream.
-    pub fn queue_message(&mut self, recipient: &str, msg: Vec<u8>) -> Result<(), String> {
-        if self.dir.client(recipient).is_none() {
-            return Err(format!("unknown recipient {recipient}"));
-        }
-        if msg.len() > self.profile.max_message() {
-            return Err(format!(
-                "message of {} bytes exceeds the limit of {}",
-                msg.len(),
-                self.profile.max_message()
-            ));
-        }
-        if self.send_queue.len() >= self.params.send_queue {
-            return Err("send queue full".into());
-        }
-        self.send_queue.push_back((recipient.to_string(), msg));
-        Ok(())
-    }
-
-    pub fn queued(&self) -> usize {
-        self.send_queue.len()
-    }
-
-    /// Messages delivered since the last call.
-    pub fn take_delivered(&mut self) -> Vec<Delivered> {
-        self.delivered.drain(..).collect()
-    }
-
-    fn path_to(
-        &mut self,
-        recipient: &NodeInfo,
-        recipient_provider: &NodeInfo,
-        drop: bool,
-    ) -> Vec<Hop> {
-        let dir = self.dir.clone();
-        let layers = dir.layers();
-        let take = if self.params.path_length == 0 {
-            layers.len()
-        } else {
-            self.params.path_length.min(layers.len())
-        };
-        let mut nodes: Vec<&NodeInfo> = vec![&self.provider];
-        for l in layers.iter().take(take) {
-            nodes.push(l[self.rng.gen_range(0..l.len())]);
-        }
-        nodes.push(recipient_provider);
-        nodes.push(recipient);
-        let last = nodes.len() - 1;
-        let d = self.params.exp_params_delay;
-        nodes
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| Hop {
-                entry: entry_for(n, sample_exp(&mut self.rng, d), drop && i == last),
-                key: n.key,
-            })
-            .collect()
-    }
-
-    fn send_to(&mut self, now: Instant, recipient: &str, msg: &[u8], drop: bool) -> bool {
-        let dir = self.dir.clone();
-        let Some(ci) = dir.client(recipient) else {
-            return false;
-        };
-        let Some(rp) = dir.provider(&ci.provider) else {
-            return false;
-        };
-        let path = self.path_to(&ci.node, rp, drop);
-        let dest = Dest {
-            host: ci.node.host.clone(),
-            port: ci.node.port,
-            name: ci.node.name.clone(),
-        };
-        match codec::build_packet(&self.profile, &path, &dest, msg, &mut self.rng) {
-            Ok(b) => {
-                self.stats.bytes_sent += b.bytes.len() as u64;
-                self.out.push(Outgoing {
-                    at: now,
-                    host: b.first_host,
-                    port: b.first_port,
-                    data: b.bytes,
-                });
-                true
-            }
-            Err(e) => {
-                tracing::warn!(node = %self.name, "cannot build packet: {e}");
-                false
-            }
-        }
-    }
-
-    fn send_drop(&mut self, now: Instant) -> bool {
-        if self.dir.clients.is_empty() {
-            return false;
-        }
-        let i = self.rng.gen_range(0..self.dir.clients.len());
-        let to = self.dir.clients[i].node.name.clone();
-        let mut noise = vec![0u8; self.params.noise_length];
-        self.rng.fill(&mut noise[..]);
-        self.send_to(now, &to, &noise, true)
-    }
-
-    fn send_loop(&mut self, now: Instant) {
-        let msg = loop_payload(self.params.noise_length, &mut self.rng);
-        let me = self.name.clone();
-        if self.send_to(now, &me, &msg, false) {
-            self.stats.sent_loop += 1;
-            if let Some(k) = loop_key(&msg) {
-                if self.pending_loops.len() >= MAX_PENDING_LOOPS {
-                    self.pending_loops.clear();
-                }
-                self.pending_loops.insert(k, now);
-            }
-        }
-    }
-
-    fn control(&mut self, now: Instant, c: Control) {
-        let data = c.encode();
-        self.stats.sent_control += 1;
-        self.stats.bytes_sent += data.len() as u64;
-        self.out.push(Outgoing {
-            at: now,
-            host: self.provider.host.clone(),
-            port: self.provider.port,
-            data,
-        });
-    }
-
-    fn advance(&mut self, t: Instant, mean: f64, now: Instant) -> Instant {
-        let mut next = t + secs(sample_exp(&mut self.rng, mean));
-        if next + Duration::from_secs(1) < now {
-            next = now;
-        }
-        next
-    }
-
-    /// Runs the streams and returns every datagram due at `now`.
-    pub fn poll(&mut self, now: Instant) -> Vec<Outgoing> {
-        if self.next_pull <= now {
-            let (name, host, port) = (self.name.clone(), self.me.host.clone(), self.me.port);
-            self.control(
-                now,
-                Control::Subscribe {
-                    name: name.clone(),
-                    host,
-                    port,
-                },
-            );
-            self.control(now, Control::Pull { name });
-            let tp = if self.params.time_pull > 0.0 {
-                self.params.time_pull
-            } else {
-                10.0
-            };
-            self.next_pull = now + secs(tp);
-        }
-        while let Some(t) = self.next_real.filter(|t| *t <= now) {
-            if let Some((to, msg)) = self.send_queue.pop_front() {
-                if self.send_to(now, &to, &msg, false) {
-                    self.stats.sent_real += 1;
-                }
-            } else if self.send_drop(now) {
-                self.stats.sent_drop_substitute += 1;
-            }
-            self.next_real = Some(self.advance(t, self.params.exp_params_payload, now));
-        }
-        while let Some(t) = self.next_loop.filter(|t| *t <= now) {
-            self.send_loop(now);
-            self.next_loop = Some(self.advance(t, self.params.exp_params_loops, now));
-        }
-        while let Some(t) = self.next_drop.filter(|t| *t <= now) {
-            if self.send_drop(now) {
-                self.stats.sent_drop += 1;
-            }
-            self.next_drop = Some(self.advance(t, self.params.exp_params_drop, now));
-        }
-        self.stats.uptime_s = now.saturating_duration_since(self.started).as_secs_f64();
-        std::mem::take(&mut self.out)
-    }
-
-    pub fn next_wakeup(&self) -> Instant {
-        [self.next_real, self.next_loop, self.next_drop]
-            .into_iter()
-            .flatten()
-            .fold(self.next_pull, Instant::min)
-    }
-
-    /// Handles a datagram from the provider.
-    pub fn handle_datagram(&mut self, now: Instant, data: &[u8]) {
-        self.stats.received += 1;
-        self.stats.bytes_received += data.len() as u64;
-        if let Some(c) = Control::parse(data) {
-            if c == Control::Dummy {
-                self.stats.dummies_received += 1;
-            } else {
-                self.stats.count_drop(DropReason::Malformed);
-            }
-            return;
-        }
-        let p = match codec::process_datagram(&self.profile, &self.key, data) {
-            Ok(p) => p,
-            Err(e) => {
-                self.stats.count_drop(e);
-                return;
-            }
-        };
-        if !self.replay.check_and_insert(p.tag) {
-            self.stats.count_drop(DropReason::Replay);
-            return;
-        }
-        self.stats.processed += 1;
-        match p.outcome {
-            Outcome::Deliver { dest, msg } if dest.name == self.name => {
-                if is_loop(&msg) {
-                    if let Some(t) = loop_key(&msg).and_then(|k| self.pending_loops.remove(&k)) {
-                        self.stats.loops_returned += 1;
-                        self.stats.loop_latency_sum_s +=
-                            now.saturating_duration_since(t).as_secs_f64();
-                    }
-                } else {
-                    self.stats.delivered += 1;
-                    if self.delivered.len() >= MAX_DELIVERED {
-                        self.delivered.pop_front();
-                        self.stats.count_drop(DropReason::Overload);
-                    }
-                    self.delivered.push_back(Delivered { msg });
-                }
-            }
-            _ => self.stats.count_drop(DropReason::WrongDest),
-        }
-    }
-}
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

@@ -13,7 +13,14 @@ pub mod replay;
 pub mod sphinxmix;
 pub mod x25519;
 
+use subtle::ConstantTimeEq;
 use thiserror::Error;
+
+/// Compares MACs (and other secrets) in constant time (`subtle`); only the
+/// lengths, which are public, may shortcut.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.ct_eq(b).into()
+}
 
 /// Why a packet was refused. Every variant is a counted drop at a node.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

@@ -55,9 +55,32 @@ impl Value {
     pub fn bin(b: &[u8]) -> Value {
         Value::Bin(b.to_vec())
     }
-    pub fn as_bytes(&self) -> Option<&[u8]> {
+    /// Bytes of a str *or* bin: only for fields where the reference itself
+    /// accepts both (the message of a forward payload, the point inside a
+    /// petlib EcPt, which petlib packs as a raw str).
+    pub fn as_str_or_bin(&self) -> Option<&[u8]> {
         match self {
             Value::Str(b) | Value::Bin(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Bytes of a bin only: for fields the reference requires to be
+    /// `bytes` (Sphinx beta, gamma and body: Python 3 sphinxmix cannot
+    /// process them as str, so a str there is malformed).
+    pub fn as_bin(&self) -> Option<&[u8]> {
+        match self {
+            Value::Bin(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Text of a field that Python 3 writes as a UTF-8 str and Python 2 as
+    /// bin (routing flags, hosts, names, control-message words): either
+    /// form is accepted, but it must be valid UTF-8.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Value::Str(b) | Value::Bin(b) => std::str::from_utf8(b).ok(),
             _ => None,
         }
     }
@@ -419,7 +442,7 @@ pub fn ecpt_bytes(v: &Value) -> Option<&[u8]> {
     if arr.len() != 2 || arr[0].as_int()? != NID_P224 {
         return None;
     }
-    let len = arr[1].as_bytes()?.len();
+    let len = arr[1].as_str_or_bin()?.len();
     // The point bytes are the last `len` bytes of the inner encoding.
     inner.get(inner.len() - len..)
 }
@@ -471,6 +494,37 @@ mod tests {
         let mut raw = Vec::new();
         s.encode_into(&mut raw, false);
         assert_eq!(raw[0], 0xda);
+    }
+
+    #[test]
+    fn strict_and_lenient_accessors() {
+        let s = Value::str("mix0");
+        let b = Value::bin(b"mix0");
+        // bin-only fields refuse str
+        assert_eq!(s.as_bin(), None);
+        assert_eq!(b.as_bin(), Some(&b"mix0"[..]));
+        // text fields take Python 3's str and Python 2's bin, UTF-8 only
+        assert_eq!(s.as_text(), Some("mix0"));
+        assert_eq!(b.as_text(), Some("mix0"));
+        assert_eq!(Value::Str(vec![0xff, 0xfe]).as_text(), None);
+        assert_eq!(Value::Int(1).as_text(), None);
+        // lenient fields take both
+        assert_eq!(s.as_str_or_bin(), b.as_str_or_bin());
+        assert_eq!(Value::Nil.as_str_or_bin(), None);
+    }
+
+    #[test]
+    fn ecpt_point_as_raw_str_or_bin() {
+        // petlib packs the inner point as a raw str (`bd`); the reference
+        // also decodes a bin there, so both are read.
+        let c = [2u8; 29];
+        let v = ecpt_value(&c);
+        assert_eq!(ecpt_bytes(&v), Some(&c[..]));
+        let inner = Value::Array(vec![Value::Int(NID_P224), Value::Bin(c.to_vec())]).encode();
+        assert_eq!(inner[4], 0xc4);
+        assert_eq!(ecpt_bytes(&Value::Ext(2, inner)), Some(&c[..]));
+        let wrong_nid = Value::Array(vec![Value::Int(714), Value::Bin(c.to_vec())]).encode();
+        assert_eq!(ecpt_bytes(&Value::Ext(2, wrong_nid)), None);
     }
 
     #[test]

@@ -1,19 +1,36 @@
-//! NIST P-224 (secp224r1) arithmetic tuned for Sphinx processing.
+//! NIST P-224 (secp224r1) for Sphinx: public-point handling tuned for
+//! speed, secret-scalar multiplication in constant time.
+//!
+//! - **Secret scalars** (node keys, the sender's ephemeral and blinding
+//!   scalars, the per-hop blinding factor, control-message Diffie-Hellman):
+//!   [`Point::mul`], [`Point::mul_scalar`] and [`CtBase::mul`] use the
+//!   RustCrypto `p224` crate's group operations (complete formulas) in a
+//!   fixed-window loop with constant-time table selection, with conversions
+//!   to and from our encodings that do not branch on secret data.
+//! - **Public inputs only, variable time**: point decompression and
+//!   validation of incoming alphas and directory keys ([`Point::from_sec1`]:
+//!   square roots by Tonelli-Shanks with precomputed tables for the
+//!   2^96-torsion part, a few microseconds instead of a long
+//!   square-and-multiply loop; exponentiations by public exponents), and
+//!   [`Point::mul_vartime`] (module `vartime`), kept for tests, benchmarks
+//!   and as the timing test's positive control.
 //!
 //! Field elements use four signed 56-bit limbs (radix 2^56) with 128-bit
-//! products and the special form `p = 2^224 - 2^96 + 1`; points use Jacobian
-//! coordinates with `a = -3`. Square roots (needed to decompress every
-//! incoming alpha) use Tonelli-Shanks with precomputed tables for the
-//! 2^96-torsion part, which makes decompression a few microseconds instead of
-//! a long square-and-multiply loop. Scalar multiplication uses a fixed 4-bit
-//! window with a constant-time table lookup. Scalars modulo the group order
-//! are handled by the RustCrypto `p224` crate, which is also the oracle in
-//! the tests.
+//! products and the special form `p = 2^224 - 2^96 + 1`. Scalars modulo the
+//! group order are the `p224` crate's, which is also the oracle in the tests.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use p224::elliptic_curve::Curve;
 use p224::elliptic_curve::PrimeField;
+use p224::elliptic_curve::group::Group;
+use p224::elliptic_curve::ops::Reduce;
+use p224::elliptic_curve::sec1::{FromEncodedPoint, ToEncodedPoint};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+mod vartime;
+use vartime::Jac;
 
 const MASK: i64 = (1 << 56) - 1;
 
@@ -499,166 +516,109 @@ impl Point {
         }
     }
 
-    /// k * self for a scalar given as big-endian bytes (any length). Returns
-    /// `None` for the identity (k = 0 mod n).
+    /// k * self for a **secret** scalar given as big-endian bytes (any
+    /// length; k is used as an integer, which gives (k mod n) * self), in
+    /// constant time: see [`ct_mul_with_table`]. Returns `None` for the
+    /// identity (k = 0 mod n).
     pub fn mul(&self, k: &[u8]) -> Option<Point> {
-        Jac::from(*self).mul_bytes(k).to_affine()
+        self.ct_base()?.mul(k)
     }
 
-    /// k * self for a scalar modulo n.
+    /// k * self for a **secret** scalar modulo n, in constant time.
     pub fn mul_scalar(&self, k: &Scalar) -> Option<Point> {
         self.mul(&k.be28())
     }
 
-    /// Two multiplications of the same point sharing one table.
-    pub fn mul2(&self, k1: &[u8], k2: &[u8]) -> (Option<Point>, Option<Point>) {
-        let table = Jac::from(*self).table();
-        (
-            Jac::mul_with_table(&table, k1).to_affine(),
-            Jac::mul_with_table(&table, k2).to_affine(),
-        )
-    }
-}
-
-/// Jacobian point (X/Z^2, Y/Z^3); Z = 0 is the identity.
-#[derive(Clone, Copy, Debug)]
-struct Jac {
-    x: Fe,
-    y: Fe,
-    z: Fe,
-}
-
-impl From<Point> for Jac {
-    fn from(p: Point) -> Jac {
-        Jac {
-            x: p.x,
-            y: p.y,
-            z: Fe::ONE,
-        }
-    }
-}
-
-impl Jac {
-    const INF: Jac = Jac {
-        x: Fe::ONE,
-        y: Fe::ONE,
-        z: Fe::ZERO,
-    };
-
-    fn is_inf(&self) -> bool {
-        self.z.is_zero()
+    /// Precomputes the constant-time multiplication table of this
+    /// (public) point, for several secret multiplications of it.
+    pub fn ct_base(&self) -> Option<CtBase> {
+        Some(CtBase(ct_table(&self.to_rustcrypto()?)))
     }
 
-    /// dbl-2001-b (a = -3).
-    #[inline(always)]
-    fn double(&self) -> Jac {
-        let delta = self.z.sq();
-        let gamma = self.y.sq();
-        let beta = self.x.mul(gamma);
-        let alpha = self.x.sub(delta).mul(self.x.add(delta)).small(3);
-        let x3 = alpha.sq().sub(beta.small(8));
-        let z3 = self.y.add(self.z).sq().sub(gamma).sub(delta);
-        let y3 = alpha.mul(beta.small(4).sub(x3)).sub(gamma.sq().small(8));
-        Jac {
-            x: x3,
-            y: y3,
-            z: z3,
-        }
+    /// k * self in **variable time** (our Jacobian code, `vartime` module):
+    /// only for public scalars. Its running time depends on the scalar's
+    /// nibbles; see `tests/p224_timing.rs`.
+    pub fn mul_vartime(&self, k: &[u8]) -> Option<Point> {
+        Jac::from(*self).mul_bytes(k).to_affine()
     }
 
-    /// add-2007-bl with the exceptional cases handled.
-    #[inline(always)]
-    fn add(&self, o: &Jac) -> Jac {
-        if self.is_inf() {
-            return *o;
-        }
-        if o.is_inf() {
-            return *self;
-        }
-        let z1z1 = self.z.sq();
-        let z2z2 = o.z.sq();
-        let u1 = self.x.mul(z2z2);
-        let u2 = o.x.mul(z1z1);
-        let s1 = self.y.mul(o.z).mul(z2z2);
-        let s2 = o.y.mul(self.z).mul(z1z1);
-        let h = u2.sub(u1);
-        let r = s2.sub(s1).small(2);
-        if h.is_zero() {
-            if r.is_zero() {
-                return self.double();
-            }
-            return Jac::INF;
-        }
-        let i = h.small(2).sq();
-        let j = h.mul(i);
-        let v = u1.mul(i);
-        let x3 = r.sq().sub(j).sub(v.small(2));
-        let y3 = r.mul(v.sub(x3)).sub(s1.mul(j).small(2));
-        let z3 = self.z.add(o.z).sq().sub(z1z1).sub(z2z2).mul(h);
-        Jac {
-            x: x3,
-            y: y3,
-            z: z3,
-        }
+    /// The same point as a RustCrypto `AffinePoint` (the point is public;
+    /// `None` cannot happen for a valid `Point`).
+    fn to_rustcrypto(self) -> Option<p224::AffinePoint> {
+        let enc = p224::EncodedPoint::from_bytes(self.to_uncompressed()).ok()?;
+        Option::from(p224::AffinePoint::from_encoded_point(&enc))
     }
 
-    fn table(&self) -> [Jac; 16] {
-        let mut t = [Jac::INF; 16];
-        t[1] = *self;
-        t[2] = self.double();
-        for i in 3..16 {
-            t[i] = t[i - 1].add(self);
+    /// Converts a multiplication result; the coordinates may be secret (a
+    /// shared secret), so this only copies bytes and parses them with the
+    /// branch-free field code. `None` for the identity.
+    fn from_rustcrypto(p: &p224::AffinePoint) -> Option<Point> {
+        let enc = p.to_encoded_point(false);
+        let b = enc.as_bytes();
+        if b.len() != 57 {
+            return None; // the identity encodes as one zero byte
         }
-        t
-    }
-
-    fn select(table: &[Jac; 16], idx: u8) -> Jac {
-        let mut out = Jac::INF;
-        for (i, e) in table.iter().enumerate() {
-            let m = -(i64::from(i as u8 == idx)); // all ones when equal
-            for l in 0..4 {
-                out.x.0[l] = (out.x.0[l] & !m) | (e.x.0[l] & m);
-                out.y.0[l] = (out.y.0[l] & !m) | (e.y.0[l] & m);
-                out.z.0[l] = (out.z.0[l] & !m) | (e.z.0[l] & m);
-            }
-        }
-        out
-    }
-
-    fn mul_bytes(&self, k: &[u8]) -> Jac {
-        Jac::mul_with_table(&self.table(), k)
-    }
-
-    fn mul_with_table(table: &[Jac; 16], k: &[u8]) -> Jac {
-        let mut acc = Jac::INF;
-        let mut first = true;
-        for byte in k {
-            for nibble in [byte >> 4, byte & 15] {
-                if !first {
-                    acc = acc.double().double().double().double();
-                }
-                first = false;
-                let e = Jac::select(table, nibble);
-                acc = acc.add(&e); // adding INF (nibble 0) returns acc
-            }
-        }
-        acc
-    }
-
-    fn to_affine(self) -> Option<Point> {
-        if self.is_inf() {
-            return None;
-        }
-        let zi = self.z.invert();
-        let zi2 = zi.sq();
-        let x = self.x.mul(zi2);
-        let y = self.y.mul(zi2.mul(zi));
-        // normalise limbs
+        let xb: &[u8; 28] = b[1..29].try_into().ok()?;
+        let yb: &[u8; 28] = b[29..57].try_into().ok()?;
         Some(Point {
-            x: Fe(x.canonical()),
-            y: Fe(y.canonical()),
+            x: Fe::from_bytes(xb)?,
+            y: Fe::from_bytes(yb)?,
         })
     }
+}
+
+/// A public point prepared for constant-time multiplications by secret
+/// scalars ([`Point::ct_base`]).
+#[derive(Clone)]
+pub struct CtBase([p224::ProjectivePoint; 16]);
+
+impl CtBase {
+    /// k * P in constant time (see [`Point::mul`]).
+    pub fn mul(&self, k: &[u8]) -> Option<Point> {
+        Point::from_rustcrypto(&ct_mul_with_table(&self.0, k).to_affine())
+    }
+}
+
+/// `[0, 1, ..., 15] * p` for [`ct_mul_with_table`] (p is public).
+fn ct_table(p: &p224::AffinePoint) -> [p224::ProjectivePoint; 16] {
+    let p = p224::ProjectivePoint::from(*p);
+    let mut t = [p224::ProjectivePoint::IDENTITY; 16];
+    t[1] = p;
+    for i in 2..16 {
+        t[i] = if i % 2 == 0 {
+            t[i / 2].double()
+        } else {
+            t[i - 1] + p
+        };
+    }
+    t
+}
+
+/// Constant-time `k * P` for a secret big-endian integer `k`, with the
+/// RustCrypto `p224` group operations (complete addition formulas, so the
+/// identity and equal operands need no special case): a fixed 4-bit window
+/// over all `2 * k.len()` nibbles, each table entry chosen by a full scan
+/// with `subtle` selection. Control flow and memory accesses depend only on
+/// `k.len()`, which is public (28 bytes for keys, 16 for blinding factors).
+/// Windowing over the input's own length (rather than the crate's fixed 64
+/// nibbles) makes the 16-byte blinding multiplication half the cost.
+fn ct_mul_with_table(table: &[p224::ProjectivePoint; 16], k: &[u8]) -> p224::ProjectivePoint {
+    let mut q = p224::ProjectivePoint::IDENTITY;
+    let mut first = true;
+    for byte in k {
+        for nibble in [byte >> 4, byte & 15] {
+            if !first {
+                q = q.double().double().double().double();
+            }
+            first = false;
+            let mut t = p224::ProjectivePoint::IDENTITY;
+            for (i, e) in table.iter().enumerate().skip(1) {
+                t.conditional_assign(e, nibble.ct_eq(&(i as u8)));
+            }
+            q += t;
+        }
+    }
+    q
 }
 
 /// A scalar modulo the group order n.
@@ -690,10 +650,10 @@ pub fn scalar_from_be_mod_n(data: &[u8]) -> Scalar {
     acc
 }
 
-/// Reduces a 28-byte big-endian value modulo n (fast path).
+/// Reduces a 28-byte big-endian value modulo n in constant time (one
+/// conditional subtraction suffices: n > 2^223).
 pub fn scalar_reduce28(data: &[u8; 28]) -> Scalar {
-    Option::<Scalar>::from(Scalar::from_repr((*data).into()))
-        .unwrap_or_else(|| scalar_from_be_mod_n(data))
+    <Scalar as Reduce<<p224::NistP224 as Curve>::Uint>>::reduce_bytes(&(*data).into())
 }
 
 #[cfg(test)]
@@ -751,6 +711,9 @@ mod tests {
             let ours = Point::generator().mul_scalar(&k).expect("nonzero");
             let theirs = oracle_mul(&k, &AffinePoint::GENERATOR);
             assert_eq!(ours, to_ours(&theirs));
+            // the variable-time path agrees (it is the independent check)
+            assert_eq!(Point::generator().mul_vartime(&kb), Some(ours));
+            assert_eq!(Point::generator().mul(&kb), Some(ours));
             // compressed round trip
             let c = ours.to_compressed();
             assert_eq!(c.as_slice(), theirs.to_encoded_point(true).as_bytes());
@@ -760,7 +723,31 @@ mod tests {
             rng.fill_bytes(&mut short);
             let ks = scalar_from_be_mod_n(&short);
             assert_eq!(ours.mul(&short), Some(to_ours(&oracle_mul(&ks, &theirs))));
+            assert_eq!(ours.mul_vartime(&short), ours.mul(&short));
+            // long inputs (petlib reduces any Bn) take the Horner path
+            let mut long = [0u8; 40];
+            rng.fill_bytes(&mut long);
+            assert_eq!(ours.mul(&long), ours.mul_vartime(&long));
         }
+    }
+
+    #[test]
+    fn constant_time_reduction_matches_horner() {
+        let mut rng = rand::thread_rng();
+        for i in 0..200 {
+            let mut kb = [0u8; 28];
+            rng.fill_bytes(&mut kb);
+            if i < 3 {
+                kb = [0xff; 28]; // above n: one subtraction
+            }
+            assert_eq!(scalar_reduce28(&kb), scalar_from_be_mod_n(&kb));
+        }
+        // n itself reduces to zero, and zero times a point is the identity
+        let n = hex28("ffffffffffffffffffffffffffff16a2e0b8f03e13dd29455c5c2a3d");
+        assert_eq!(scalar_reduce28(&n), Scalar::ZERO);
+        assert_eq!(Point::generator().mul(&n), None);
+        assert_eq!(Point::generator().mul_vartime(&n), None);
+        assert_eq!(Point::generator().mul(&[]), None);
     }
 
     #[test]

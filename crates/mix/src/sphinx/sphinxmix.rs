@@ -20,9 +20,9 @@ use aes::cipher::{BlockEncrypt, KeyInit, KeyIvInit, StreamCipher};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use super::SphinxError;
 use super::msgpack::{self, Value};
 use super::p224::{Point, Scalar, ScalarBytes, scalar_from_be_mod_n};
+use super::{SphinxError, ct_eq};
 
 type Ctr = ctr::Ctr128BE<Aes128>;
 
@@ -43,7 +43,8 @@ pub fn flag_value(flag: u8) -> Value {
     Value::Str(s.into_bytes())
 }
 
-/// Reads a routing flag written by Python 3 (UTF-8 str) or Python 2 (bin).
+/// Reads a routing flag written by Python 3 (a one-character UTF-8 str,
+/// `a2 c3 b0`) or Python 2 (one byte of bin, `c4 01 f0`).
 pub fn flag_of(v: &Value) -> Option<u8> {
     match v {
         Value::Str(s) => {
@@ -463,7 +464,7 @@ pub fn receive_surb(p: &Params, keytuple: &[[u8; K]], body: &[u8]) -> Result<Vec
         lioness_enc(k, &mut d);
     }
     lioness_dec(&keytuple[0], &mut d);
-    if d[..K] != mu(&keytuple[0], &d[K..]) {
+    if !ct_eq(&d[..K], &mu(&keytuple[0], &d[K..])) {
         return Err(SphinxError::BodyMac);
     }
     Ok(unpad_body(&d[K..]).to_vec())
@@ -475,7 +476,7 @@ pub fn receive_forward(mac_key: &[u8; K], body: &[u8]) -> Result<Value, SphinxEr
     if body.len() < K {
         return Err(SphinxError::BadLength);
     }
-    if body[..K] != mu(mac_key, &body[K..]) {
+    if !ct_eq(&body[..K], &mu(mac_key, &body[K..])) {
         return Err(SphinxError::BodyMac);
     }
     Value::decode(unpad_body(&body[K..])).map_err(SphinxError::Msgpack)
@@ -495,9 +496,12 @@ pub fn process(
     if header.beta.len() != beta_len || body.len() != p.body_len {
         return Err(SphinxError::BadLength);
     }
-    let s = header.alpha.mul(secret).ok_or(SphinxError::BadAlpha)?;
+    // Both scalars are secret (the node key; the blinding factor links
+    // alpha to alpha'): one constant-time table for both multiplications.
+    let base = header.alpha.ct_base().ok_or(SphinxError::BadAlpha)?;
+    let s = base.mul(secret).ok_or(SphinxError::BadAlpha)?;
     let hk = HopKeys::new(aes_key(&s));
-    if header.gamma != mu(&hk.hmu, &header.beta) {
+    if !ct_eq(&header.gamma, &mu(&hk.hmu, &header.beta)) {
         return Err(SphinxError::HeaderMac);
     }
     // B = rho(beta || zeros); only the prefix we read is materialised.
@@ -511,7 +515,7 @@ pub fn process(
     let mut gamma = [0u8; K];
     gamma.copy_from_slice(&rest[..K]);
     let beta = rest[K..K + beta_len].to_vec();
-    let alpha = header.alpha.mul(&hk.hb).ok_or(SphinxError::BadAlpha)?;
+    let alpha = base.mul(&hk.hb).ok_or(SphinxError::BadAlpha)?;
     let mut delta = body.to_vec();
     lioness_dec(&hk.hpi, &mut delta);
     Ok(Processed {
@@ -543,8 +547,9 @@ impl Header {
         }
         let pt = msgpack::ecpt_bytes(&a[0]).ok_or(SphinxError::Malformed)?;
         let alpha = Point::from_sec1(pt).ok_or(SphinxError::BadAlpha)?;
-        let beta = a[1].as_bytes().ok_or(SphinxError::Malformed)?.to_vec();
-        let g = a[2].as_bytes().ok_or(SphinxError::Malformed)?;
+        // beta and gamma must be bin: the reference cannot process a str.
+        let beta = a[1].as_bin().ok_or(SphinxError::Malformed)?.to_vec();
+        let g = a[2].as_bin().ok_or(SphinxError::Malformed)?;
         let gamma: [u8; K] = g.try_into().map_err(|_| SphinxError::BadLength)?;
         Ok(Header { alpha, beta, gamma })
     }
@@ -562,7 +567,7 @@ impl Packet {
             return Err(SphinxError::Malformed);
         }
         let header = Header::from_value(&a[0])?;
-        let body = a[1].as_bytes().ok_or(SphinxError::Malformed)?.to_vec();
+        let body = a[1].as_bin().ok_or(SphinxError::Malformed)?.to_vec();
         Ok(Packet { header, body })
     }
 
@@ -649,110 +654,5 @@ pub fn random_scalar(rng: &mut dyn rand_core::RngCore) -> Scalar {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn det_pad(buf: &mut [u8]) {
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = (i % 251) as u8;
-        }
-    }
-
-    #[test]
-    fn subkey_vectors_from_seed() {
-        // Vectors listed in the seed digest (Java's known answers).
-        let z = [0u8; 16];
-        assert_eq!(
-            hex::encode(HopKeys::new(z).hrho),
-            "5b506c5de47d367ea864d82983ab0564"
-        );
-        assert_eq!(
-            hex::encode(mu(&z, &[0u8; 32])),
-            "33ad0a1c607ec03b09e6cd9893680ce2"
-        );
-        assert_eq!(
-            hex::encode(aes_key(&Point::generator())),
-            "4dfc0fc4bf89db354d919e212d609602"
-        );
-        let hb = HopKeys::new(z).hb;
-        assert_eq!(
-            u128::from_be_bytes(hb),
-            223545400317636578258278828935677691076u128
-        );
-    }
-
-    #[test]
-    fn lioness_roundtrip() {
-        let k = [7u8; 16];
-        let m: Vec<u8> = (0..1024).map(|i| i as u8).collect();
-        let mut c = m.clone();
-        lioness_enc(&k, &mut c);
-        assert_ne!(c, m);
-        lioness_dec(&k, &mut c);
-        assert_eq!(c, m);
-    }
-
-    #[test]
-    fn route_three_hops_and_surb() {
-        let p = Params::LOOPIX;
-        let mut rng = rand::thread_rng();
-        let nodes: Vec<KeyPair> = (0..3).map(|_| KeyPair::generate(&mut rng)).collect();
-        let names: Vec<Vec<u8>> = (0..3).map(|i| nenc(Value::Int(i))).collect();
-        let keys: Vec<Point> = nodes.iter().map(|n| n.public).collect();
-        let x = random_scalar(&mut rng);
-        let pkt = create_forward_message(
-            &p,
-            &names,
-            &keys,
-            &Value::bin(b"bob"),
-            b"hello",
-            &x,
-            &mut det_pad,
-        )
-        .expect("create");
-        let wire = pkt.encode();
-        assert_eq!(&wire[..2], &[0x92, 0x93]);
-        let mut cur = Packet::decode(&wire).expect("decode");
-        for (i, n) in nodes.iter().enumerate() {
-            let out = process(&p, &n.secret, &cur.header, &cur.body).expect("process");
-            let r = Value::decode(&out.routing).expect("routing");
-            let arr = r.as_array().expect("array");
-            if i < 2 {
-                assert_eq!(flag_of(&arr[0]), Some(RELAY_FLAG));
-                assert_eq!(arr[1], Value::Int(i as i128 + 1));
-            } else {
-                assert_eq!(flag_of(&arr[0]), Some(DEST_FLAG));
-                let v = receive_forward(&out.mac_key, &out.packet.body).expect("mac");
-                assert_eq!(
-                    v,
-                    Value::Array(vec![Value::bin(b"bob"), Value::bin(b"hello")])
-                );
-            }
-            cur = out.packet;
-        }
-        // wrong key fails the MAC
-        let pkt2 = Packet::decode(&wire).expect("decode");
-        assert_eq!(
-            process(&p, &nodes[1].secret, &pkt2.header, &pkt2.body).err(),
-            Some(SphinxError::HeaderMac)
-        );
-
-        // SURB
-        let surb =
-            create_surb(&p, &names, &keys, &Value::bin(b"alice"), &x, &mut det_pad).expect("surb");
-        let reply = package_surb(&p, &surb.header, &surb.ktilde, b"reply!").expect("package");
-        let mut cur = reply;
-        let mut last = None;
-        for n in &nodes {
-            let out = process(&p, &n.secret, &cur.header, &cur.body).expect("process");
-            last = Some(out.routing.clone());
-            cur = out.packet;
-        }
-        let r = Value::decode(&last.expect("hops")).expect("routing");
-        assert_eq!(flag_of(&r.as_array().expect("arr")[0]), Some(SURB_FLAG));
-        assert_eq!(
-            receive_surb(&p, &surb.keytuple, &cur.body).expect("surb body"),
-            b"reply!"
-        );
-    }
-}
+#[path = "sphinxmix_tests.rs"]
+mod tests;

@@ -27,9 +27,8 @@ use curve25519_dalek::scalar::Scalar;
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use subtle_ct::ct_eq;
 
-use super::SphinxError;
+use super::{SphinxError, ct_eq};
 
 type Ctr = ctr::Ctr128BE<Aes256>;
 
@@ -37,15 +36,6 @@ pub const K: usize = 16;
 /// First byte of every x25519 packet datagram.
 pub const MAGIC: u8 = 0xc1;
 const SALT: &[u8] = b"onionmix-sphinx-x25519-v1";
-
-mod subtle_ct {
-    pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-        if a.len() != b.len() {
-            return false;
-        }
-        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
@@ -231,7 +221,7 @@ pub fn create_forward(
             alpha0 = alpha;
         }
         let s = (MontgomeryPoint(*y) * c).to_bytes();
-        if s == [0u8; 32] {
+        if ct_eq(&s, &[0u8; 32]) {
             return Err(SphinxError::BadKey);
         }
         let hk = hop_keys(&s, &alpha);
@@ -305,7 +295,7 @@ pub fn process(p: &Params, secret: &[u8; 32], pkt: &Packet) -> Result<Processed,
         return Err(SphinxError::BadLength);
     }
     let s = MontgomeryPoint(pkt.alpha).mul_clamped(*secret).to_bytes();
-    if s == [0u8; 32] {
+    if ct_eq(&s, &[0u8; 32]) {
         return Err(SphinxError::BadAlpha);
     }
     let hk = hop_keys(&s, &pkt.alpha);
@@ -340,7 +330,7 @@ pub fn receive_forward(body: &[u8]) -> Result<(Vec<u8>, Vec<u8>), SphinxError> {
     if body.len() < K + 3 {
         return Err(SphinxError::BadLength);
     }
-    if body[..K].iter().any(|b| *b != 0) {
+    if !ct_eq(&body[..K], &[0u8; K]) {
         return Err(SphinxError::BodyMac);
     }
     let dl = usize::from(body[K]);

@@ -9,9 +9,7 @@ use onionmix_mix::sphinx::sphinxmix::{self, Packet, Params};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+pub use onionmix_testsupport::repo_root;
 
 pub fn fixture(name: &str) -> serde_json::Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -21,33 +19,7 @@ pub fn fixture(name: &str) -> serde_json::Value {
     serde_json::from_str(&s).expect("fixture is JSON")
 }
 
-/// The reference Python, or `None` (after printing a skip message) when it
-/// is missing. Panics when ONIONMIX_REQUIRE_INTEROP=1 and it is missing.
-pub fn sphinxmix_python(test: &str) -> Option<PathBuf> {
-    let py = std::env::var_os("ONIONMIX_SPHINXMIX_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv/bin/python"));
-    let ok = py.exists()
-        && Command::new(&py)
-            .args(["-c", "import sphinxmix, petlib.pack"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-    if ok {
-        return Some(py);
-    }
-    let msg = format!(
-        "SKIP {test}: Python sphinxmix reference not found at {} (run `bash scripts/sphinxmix/setup-venv.sh` or set ONIONMIX_SPHINXMIX_PYTHON)",
-        py.display()
-    );
-    if std::env::var("ONIONMIX_REQUIRE_INTEROP").as_deref() == Ok("1") {
-        panic!("{msg} but ONIONMIX_REQUIRE_INTEROP=1");
-    }
-    eprintln!("{msg}");
-    None
-}
+pub use onionmix_testsupport::sphinxmix_python;
 
 /// Runs scripts/sphinxmix/sphinxmix_tool.py with a JSON request.
 pub fn tool(py: &PathBuf, req: &serde_json::Value) -> serde_json::Value {
@@ -200,7 +172,7 @@ pub fn check_vector(req: &serde_json::Value, resp: &serde_json::Value) {
             let v = sphinxmix::receive_forward(&out.mac_key, &cur.body).expect("final body MAC");
             let arr = v.as_array().expect("(dest, msg)");
             assert_eq!(arr[0], dest_value(req));
-            assert_eq!(arr[1].as_bytes().expect("msg bytes"), &msg[..]);
+            assert_eq!(arr[1].as_str_or_bin().expect("msg bytes"), &msg[..]);
         }
     }
 }
