@@ -181,15 +181,16 @@ fn download(socks: SocketAddr, target: SocketAddr, n: u64) -> std::io::Result<(D
         first.get_or_insert_with(|| t0.elapsed());
         all.extend_from_slice(&buf[..k]);
     }
-    let split = all
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no HTTP header"))?;
-    let head = String::from_utf8_lossy(&all[..split]).into_owned();
-    if !head.starts_with("HTTP/1.0 200") {
-        return Err(std::io::Error::other(head));
+    let resp =
+        onionmix_http::parse_response(&all, &onionmix_http::Limits::DEFAULT, all.len(), false)
+            .map_err(std::io::Error::other)?;
+    if resp.head.status != 200 {
+        return Err(std::io::Error::other(format!(
+            "HTTP {} {}",
+            resp.head.status, resp.head.reason
+        )));
     }
-    Ok((first.unwrap_or_default(), all[split + 4..].to_vec()))
+    Ok((first.unwrap_or_default(), resp.body))
 }
 
 #[test]

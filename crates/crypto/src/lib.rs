@@ -18,6 +18,7 @@
 //! | [`x509`] | X.509 link and identity certificates (CERTS types 1, 2), TLS identity |
 //! | [`link_auth`] | AUTHENTICATE method 3 (Ed25519-SHA256-RFC5705), CERTS checks |
 //! | [`keys`] | relay key sets and authority key certificates, on-disk storage |
+//! | [`timefmt`] | tor's document time (`YYYY-MM-DD HH:MM:SS` UTC), via the `time` crate |
 
 #![warn(missing_docs)]
 

@@ -1,70 +1,54 @@
-//! UTC calendar conversions (no wall clock: callers pass Unix seconds).
+//! Tor's document time, `YYYY-MM-DD HH:MM:SS` in UTC (dir-spec §1.3), to
+//! and from Unix seconds. Calendar arithmetic and validation are the
+//! `time` crate's; there is no wall clock here (callers pass Unix seconds).
 
-/// Days since 1970-01-01 for a proleptic Gregorian date.
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+use time::format_description::BorrowedFormatItem;
+use time::macros::format_description;
+use time::{OffsetDateTime, PrimitiveDateTime};
 
-/// (year, month, day) for days since 1970-01-01.
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
+/// `YYYY-MM-DD HH:MM:SS`.
+const TOR_TIME: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+
+/// The latest time tor writes (`9999-12-31 23:59:59`); later times are
+/// written as this, as tor does.
+pub const MAX_UNIX: u64 = 253_402_300_799;
 
 /// Format Unix seconds as `YYYY-MM-DD HH:MM:SS` (UTC), tor's document time.
+/// Times after [`MAX_UNIX`] are written as `9999-12-31 23:59:59`.
 pub fn format_utc(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60
-    )
+    let t = i64::try_from(unix.min(MAX_UNIX)).unwrap_or(i64::MAX);
+    OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|t| t.format(TOR_TIME).ok())
+        .unwrap_or_else(|| "9999-12-31 23:59:59".to_string())
 }
 
-/// Parse `YYYY-MM-DD HH:MM:SS` (UTC) into Unix seconds.
+/// Parse `YYYY-MM-DD HH:MM:SS` (UTC, years 1970-9999) into Unix seconds.
+/// Impossible dates and times (2026-02-31, hour 24, minute 60) are refused.
+/// Second 60 (a leap second, which tor accepts) counts as the next second.
 pub fn parse_utc(s: &str) -> Option<u64> {
     let b = s.as_bytes();
-    if b.len() != 19
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b' '
-        || b[13] != b':'
-        || b[16] != b':'
+    // Fixed shape: exactly four year digits, two of everything else.
+    let shape = b"dddd-dd-dd dd:dd:dd";
+    if b.len() != shape.len()
+        || !b.iter().zip(shape).all(|(c, f)| match f {
+            b'd' => c.is_ascii_digit(),
+            _ => c == f,
+        })
     {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<u32> {
-        let t = s.get(r)?;
-        if !t.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        t.parse().ok()
+    let (text, leap) = if s.ends_with(":60") {
+        (format!("{}59", &s[..17]), 1)
+    } else {
+        (s.to_string(), 0)
     };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if y < 1970 || !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60
-    {
-        return None;
-    }
-    let days = days_from_civil(i64::from(y), mo, d);
-    u64::try_from(days * 86_400 + i64::from(h * 3600 + mi * 60 + se)).ok()
+    let t = PrimitiveDateTime::parse(&text, TOR_TIME)
+        .ok()?
+        .assume_utc()
+        .unix_timestamp();
+    u64::try_from(t).ok()?.checked_add(leap)
 }
 
 #[cfg(test)]
@@ -83,11 +67,56 @@ mod tests {
             1_600_000_000,
             4_102_444_800,
             1_709_164_800,
+            MAX_UNIX,
         ] {
             assert_eq!(parse_utc(&format_utc(t)), Some(t));
         }
         assert_eq!(parse_utc("2020-13-01 00:00:00"), None);
         assert_eq!(parse_utc("2020-01-01T00:00:00"), None);
         assert_eq!(parse_utc("+020-01-01 00:00:00"), None);
+    }
+
+    #[test]
+    fn impossible_dates_are_refused() {
+        for bad in [
+            "2026-02-31 00:00:00",
+            "2026-02-29 00:00:00",
+            "2100-02-29 00:00:00",
+            "2026-04-31 12:00:00",
+            "2026-00-10 00:00:00",
+            "2026-01-00 00:00:00",
+            "2026-01-32 00:00:00",
+            "2026-11-23 24:00:00",
+            "2026-11-23 10:60:00",
+            "2026-11-23 10:00:61",
+            "1969-12-31 23:59:59",
+            "2026-11-23 10:00:0",
+            "2026-11-23 10:00:00 ",
+            " 2026-11-23 10:00:00",
+            "2026-11-23 1a:00:00",
+            "２026-11-23 10:00:00",
+            "",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn leap_years_and_leap_seconds() {
+        // 2000 and 2024 are leap years, 1900 and 2100 are not.
+        assert_eq!(parse_utc("2000-02-29 00:00:00"), Some(951_782_400));
+        assert_eq!(parse_utc("2024-02-29 12:00:00"), Some(1_709_208_000));
+        assert_eq!(parse_utc("2024-03-01 00:00:00"), Some(1_709_251_200));
+        assert_eq!(parse_utc("2100-03-01 00:00:00"), Some(4_107_542_400));
+        assert_eq!(format_utc(1_709_208_000), "2024-02-29 12:00:00");
+        assert_eq!(format_utc(1_709_251_200 - 1), "2024-02-29 23:59:59");
+        // The year's last second, a leap second and the next day.
+        assert_eq!(
+            parse_utc("2016-12-31 23:59:60"),
+            parse_utc("2017-01-01 00:00:00")
+        );
+        // Beyond tor's range: written as its last second.
+        assert_eq!(format_utc(u64::MAX), "9999-12-31 23:59:59");
+        assert_eq!(format_utc(MAX_UNIX + 1), "9999-12-31 23:59:59");
     }
 }

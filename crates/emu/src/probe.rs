@@ -447,6 +447,9 @@ pub fn body_byte(i: u64) -> u8 {
     (i.wrapping_mul(31).wrapping_add(7) % 251) as u8
 }
 
+/// Request head limits of [`http_sink`] (8 KiB, 64 headers).
+const HEAD_LIMITS: onionmix_http::Limits = onionmix_http::Limits::new(8192, 64);
+
 /// Largest body [`http_sink`] serves.
 pub const MAX_HTTP_BODY: u64 = 256 << 20;
 
@@ -485,20 +488,21 @@ fn http_conn(mut s: TcpStream) -> io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     s.set_write_timeout(Some(Duration::from_secs(60)))?;
-    let mut req = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = s.read(&mut buf)?;
-        if n == 0 || req.len() > 8192 {
+    let mut buf = Vec::new();
+    let head = match onionmix_http::blocking::read_request_head(&mut s, &mut buf, &HEAD_LIMITS) {
+        Ok(h) => h,
+        // Closed or timed out before a whole head: nothing to answer.
+        Err(onionmix_http::ReadError::Closed(_) | onionmix_http::ReadError::Io(_)) => {
             return Ok(());
         }
-        req.extend_from_slice(&buf[..n]);
-    }
-    let line = String::from_utf8_lossy(&req);
-    let n = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.strip_prefix("/bytes/"))
+        Err(_) => {
+            s.write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")?;
+            return Ok(());
+        }
+    };
+    let n = head
+        .path
+        .strip_prefix("/bytes/")
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|n| *n <= MAX_HTTP_BODY);
     let Some(n) = n else {

@@ -190,30 +190,16 @@ fn code(s: &str) -> String {
     }
 }
 
-/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
-/// civil_from_days).
-pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` for Unix seconds.
+/// `YYYY-MM-DD HH:MM:SS UTC` for Unix seconds (times past the year 9999
+/// are written as its last second).
 fn utc(unix: u64) -> String {
-    let secs = unix % 86_400;
-    let (year, month, day) = civil_from_days((unix / 86_400) as i64);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    const FORMAT: &[time::format_description::BorrowedFormatItem<'static>] =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    let t = i64::try_from(unix).unwrap_or(i64::MAX);
+    time::OffsetDateTime::from_unix_timestamp(t)
+        .unwrap_or_else(|_| time::PrimitiveDateTime::MAX.assume_utc())
+        .format(FORMAT)
+        .unwrap_or_else(|_| "9999-12-31 23:59:59 UTC".to_string())
 }
 
 /// The records of one series: (label, kind, size) within a workload.
@@ -1161,6 +1147,9 @@ mod tests {
         assert_eq!(code("a`b"), "`` a`b ``");
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_709_251_199), "2024-02-29 23:59:59 UTC");
+        assert_eq!(utc(4_107_542_400), "2100-03-01 00:00:00 UTC");
+        assert_eq!(utc(u64::MAX), "9999-12-31 23:59:59 UTC");
     }
     #[test]
     fn seed_shaped_tables() {

@@ -8,7 +8,10 @@
 //! Framing follows what stock tor directory servers do: an `HTTP/1.0` status
 //! line, headers, a blank line, then a body that runs until the server closes
 //! the stream (compressed replies carry no `Content-Length`) or for exactly
-//! `Content-Length` bytes when that header is present.  The caller feeds bytes
+//! `Content-Length` bytes when that header is present.  The status line and
+//! headers are parsed by the workspace's one HTTP head parser
+//! (`onionmix-http`: strict `Content-Length`; a chunked transfer coding,
+//! which directory servers never use, is refused).  The caller feeds bytes
 //! with [`ResponseParser::push`], may stop reading as soon as
 //! [`ResponseParser::is_complete`] is true, and calls
 //! [`ResponseParser::finish`] at end of stream.
@@ -23,9 +26,11 @@ use std::io::Read as _;
 use crate::MdDigest;
 
 /// Largest header block (status line + headers) accepted, in bytes.
-pub const MAX_HEADER_LEN: usize = 16 * 1024;
+pub const MAX_HEADER_LEN: usize = onionmix_http::MAX_HEAD_LEN;
 /// Largest number of header lines accepted.
-pub const MAX_HEADERS: usize = 64;
+pub const MAX_HEADERS: usize = onionmix_http::MAX_HEADERS;
+/// Limits for the response head (the shared parser's hard caps).
+const HEAD_LIMITS: onionmix_http::Limits = onionmix_http::Limits::new(MAX_HEADER_LEN, MAX_HEADERS);
 /// dir-spec §4.3: at most 92 microdescriptor digests per request
 /// (squid URL length limit).
 pub const MAX_MICRODESCS_PER_REQUEST: usize = 92;
@@ -334,31 +339,19 @@ impl ResponseParser {
         match &self.state {
             State::Failed => return Err(DirClientError::Finished),
             State::Header => {
-                let old_len = self.buf.len();
                 // Bound the buffer while we still look for the header end.
-                let room = MAX_HEADER_LEN + self.max_body_len.saturating_add(1);
-                let take = data.len().min(room.saturating_sub(old_len));
+                let room = MAX_HEADER_LEN.saturating_add(self.max_body_len.saturating_add(1));
+                let take = data.len().min(room.saturating_sub(self.buf.len()));
                 self.buf.extend_from_slice(&data[..take]);
-                let search_from = old_len.saturating_sub(3);
-                if let Some((p, sep_len)) = find_header_end(&self.buf[search_from..]) {
-                    let pos = (p + search_from, sep_len);
-                    let (head_len, sep_len) = pos;
-                    if head_len > MAX_HEADER_LEN {
-                        return Err(DirClientError::TooLarge {
-                            what: "header block",
-                            limit: MAX_HEADER_LEN,
-                        });
-                    }
-                    let head = parse_head(&self.buf[..head_len])?;
-                    let body: Vec<u8> = self.buf[head_len + sep_len..].to_vec();
+                let parsed = onionmix_http::parse_response_head(&self.buf, &HEAD_LIMITS)
+                    .map_err(http_error)?;
+                if let Some(head) = parsed {
+                    let head_len = head.head_len;
+                    let head = check_head(head, self.max_body_len)?;
+                    let body: Vec<u8> = self.buf[head_len..].to_vec();
                     self.buf = body;
                     self.state = State::Body(head);
                     self.check_body_len()?;
-                } else if self.buf.len() > MAX_HEADER_LEN {
-                    return Err(DirClientError::TooLarge {
-                        what: "header block",
-                        limit: MAX_HEADER_LEN,
-                    });
                 }
                 if take < data.len() {
                     return Err(DirClientError::TooLarge {
@@ -472,103 +465,68 @@ pub fn parse_response(bytes: &[u8], max_body_len: usize) -> Result<DirResponse, 
     p.finish()
 }
 
-fn find_subslice(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Position of the header terminator: (length of header block, separator length).
-/// Accepts CRLF CRLF and, leniently, LF LF.
-fn find_header_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let crlf = find_subslice(buf, b"\r\n\r\n").map(|p| (p, 4));
-    let lf = find_subslice(buf, b"\n\n").map(|p| (p, 2));
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
 fn sanitize(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_graphic() || *c == ' ')
-        .take(200)
-        .collect()
+    onionmix_http::sanitize(s, 200)
 }
 
-fn parse_head(raw: &[u8]) -> Result<Head, DirClientError> {
-    let text = std::str::from_utf8(raw)
-        .map_err(|_| DirClientError::Malformed("header block is not UTF-8".into()))?;
-    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
-    let status_line = lines.next().unwrap_or("");
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or("");
-    if !(version == "HTTP/1.0" || version == "HTTP/1.1") {
-        return Err(DirClientError::Malformed(format!(
-            "bad status line {:?}",
-            sanitize(status_line)
-        )));
+/// The shared parser's errors in this codec's terms.
+fn http_error(e: onionmix_http::HttpError) -> DirClientError {
+    use onionmix_http::HttpError as H;
+    match e {
+        H::HeadTooLarge { limit } => DirClientError::TooLarge {
+            what: "header block",
+            limit,
+        },
+        H::TooManyHeaders { limit } => DirClientError::TooLarge {
+            what: "header count",
+            limit,
+        },
+        H::BodyTooLarge { limit, .. } => DirClientError::TooLarge {
+            what: "raw body",
+            limit,
+        },
+        other => DirClientError::Malformed(other.to_string()),
     }
-    let code_str = parts.next().unwrap_or("");
-    if code_str.len() != 3 || !code_str.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(DirClientError::Malformed(format!(
-            "bad status code {:?}",
-            sanitize(code_str)
-        )));
-    }
-    let status: u16 = code_str
-        .parse()
-        .map_err(|_| DirClientError::Malformed("bad status code".into()))?;
-    let reason = sanitize(parts.next().unwrap_or(""));
-    let mut headers = Vec::new();
-    for line in lines {
-        if line.is_empty() {
-            continue;
-        }
-        if headers.len() >= MAX_HEADERS {
-            return Err(DirClientError::TooLarge {
-                what: "header count",
-                limit: MAX_HEADERS,
-            });
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            return Err(DirClientError::Malformed(format!(
-                "header line without colon {:?}",
-                sanitize(line)
-            )));
-        };
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(DirClientError::Malformed(format!(
-                "bad header name {:?}",
-                sanitize(name)
-            )));
-        }
-        headers.push((name.to_string(), value.trim().to_string()));
-    }
-    if status != 200 {
+}
+
+/// What this codec needs from a parsed head: a 200, a known
+/// Content-Encoding, and the body's framing (Content-Length or the end
+/// of the stream, as stock tor sends; no chunked transfer coding).
+fn check_head(
+    head: onionmix_http::ResponseHead,
+    max_body_len: usize,
+) -> Result<Head, DirClientError> {
+    if head.status != 200 {
         return Err(DirClientError::HttpStatus {
-            code: status,
-            reason,
+            code: head.status,
+            reason: head.reason,
         });
     }
-    let mut encoding = Encoding::Identity;
-    let mut content_length = None;
-    for (n, v) in &headers {
-        if n.eq_ignore_ascii_case("Content-Encoding") {
-            encoding = match v.to_ascii_lowercase().as_str() {
-                "" | "identity" => Encoding::Identity,
-                "deflate" => Encoding::Deflate,
-                "gzip" | "x-gzip" => Encoding::Gzip,
-                other => return Err(DirClientError::UnsupportedEncoding(sanitize(other))),
-            };
-        } else if n.eq_ignore_ascii_case("Content-Length") {
-            let cl: usize = v.parse().map_err(|_| {
-                DirClientError::Malformed(format!("bad Content-Length {:?}", sanitize(v)))
-            })?;
-            content_length = Some(cl);
+    let encoding = match head.header("content-encoding") {
+        None => Encoding::Identity,
+        Some(v) => match v.to_ascii_lowercase().as_str() {
+            "" | "identity" => Encoding::Identity,
+            "deflate" => Encoding::Deflate,
+            "gzip" | "x-gzip" => Encoding::Gzip,
+            other => return Err(DirClientError::UnsupportedEncoding(sanitize(other))),
+        },
+    };
+    let content_length = match head.body_framing(max_body_len, false).map_err(http_error)? {
+        onionmix_http::BodyFraming::Length(n) => Some(n),
+        onionmix_http::BodyFraming::UntilClose => None,
+        onionmix_http::BodyFraming::Chunked => {
+            return Err(DirClientError::Malformed(
+                "chunked transfer coding (directory servers do not use it)".into(),
+            ));
         }
-    }
+    };
     Ok(Head {
-        status,
-        headers,
+        status: head.status,
+        headers: head
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
         encoding,
         content_length,
     })
@@ -758,12 +716,62 @@ mod tests {
 
     #[test]
     fn header_too_large() {
+        // A head that never ends within the limit.
         let mut p = ResponseParser::new(10);
-        let junk = vec![b'a'; MAX_HEADER_LEN + 100];
+        let mut junk = b"HTTP/1.0 200 OK\r\nX: ".to_vec();
+        junk.resize(MAX_HEADER_LEN + 100, b'a');
         assert!(matches!(
             p.push(&junk),
             Err(DirClientError::TooLarge { .. })
         ));
         assert_eq!(p.push(b"x"), Err(DirClientError::Finished));
+        // Bytes that are not HTTP at all fail at once (the shared parser
+        // sees the bad status line without waiting for the head's end).
+        let mut p = ResponseParser::new(10);
+        let junk = vec![b'a'; MAX_HEADER_LEN + 100];
+        assert!(matches!(p.push(&junk), Err(DirClientError::Malformed(_))));
+        assert_eq!(p.push(b"x"), Err(DirClientError::Finished));
+        // Too many header lines.
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("H{i}: v\r\n")).collect();
+        let raw = format!("HTTP/1.0 200 OK\r\n{many}\r\n");
+        assert!(matches!(
+            parse_response(raw.as_bytes(), 10),
+            Err(DirClientError::TooLarge {
+                what: "header count",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn content_length_is_strict() {
+        for bad in [
+            &b"HTTP/1.0 200 OK\r\nContent-Length: -1\r\n\r\n"[..],
+            b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            b"HTTP/1.0 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parse_response(bad, 100), Err(DirClientError::Malformed(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // A declared length above the limit is refused before the body.
+        let mut p = ResponseParser::new(100);
+        assert!(matches!(
+            p.push(b"HTTP/1.0 200 OK\r\nContent-Length: 101\r\n\r\n"),
+            Err(DirClientError::TooLarge {
+                what: "raw body",
+                ..
+            })
+        ));
+        // Repeated equal lengths and bare-LF heads are fine.
+        let r = parse_response(
+            b"HTTP/1.0 200 OK\nContent-Length: 2\nContent-Length: 2\n\nok",
+            100,
+        )
+        .unwrap();
+        assert_eq!(r.body, b"ok");
     }
 }

@@ -986,13 +986,12 @@ pub fn http_get_plain(addr: SocketAddr, path: &str) -> Option<String> {
         "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept-Encoding: identity\r\n\r\n"
     )
     .ok()?;
+    const MAX: usize = 16 * 1024 * 1024;
     let mut buf = Vec::new();
-    s.take(16 * 1024 * 1024).read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).to_string();
-    if !text.starts_with("HTTP/1.0 200") && !text.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    s.take(MAX as u64).read_to_end(&mut buf).ok()?;
+    let resp =
+        onionmix_http::parse_response(&buf, &onionmix_http::Limits::DEFAULT, MAX, false).ok()?;
+    (resp.head.status == 200).then(|| String::from_utf8_lossy(&resp.body).into_owned())
 }
 
 struct AuthEntry {

@@ -16,6 +16,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use onionmix_http::io::read_request_head;
+use onionmix_http::{BodyFraming, HttpError, Limits, ReadError};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
@@ -29,8 +31,8 @@ pub const MAX_BYTES: u64 = 1 << 30;
 pub const TEST_DOMAIN: &str = "onionmix.test";
 /// The sink's hostname.
 pub const SINK_HOSTNAME: &str = "sink.onionmix.test";
-/// Largest request head accepted.
-const MAX_HEAD: usize = 8 * 1024;
+/// Largest request head accepted (8 KiB, 64 headers).
+const HEAD_LIMITS: Limits = Limits::new(8 * 1024, 64);
 /// Idle time before a keep-alive connection is closed.
 const IDLE: Duration = Duration::from_secs(120);
 
@@ -246,33 +248,32 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     loop {
         // Read one request head.
-        let head_end = loop {
-            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break p + 4;
-            }
-            if buf.len() > MAX_HEAD {
-                s.write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await?;
-                s.flush().await?;
+        let head = match read_request_head(&mut s, &mut buf, &HEAD_LIMITS, IDLE).await {
+            Ok(h) => h,
+            // Idle, or closed between requests.
+            Err(ReadError::TimedOut | ReadError::Closed(_)) => return Ok(()),
+            Err(ReadError::Io(e)) => return Err(e),
+            Err(ReadError::Http(
+                e @ (HttpError::HeadTooLarge { .. } | HttpError::TooManyHeaders { .. }),
+            )) => {
+                debug!("sink http: {e}");
+                respond_close(&mut s, 431, "Request Header Fields Too Large", "").await?;
                 return Ok(());
             }
-            let mut tmp = [0u8; 2048];
-            let n = match tokio::time::timeout(IDLE, s.read(&mut tmp)).await {
-                Ok(r) => r?,
-                Err(_) => return Ok(()),
-            };
-            if n == 0 {
+            Err(ReadError::Http(e)) => {
+                debug!("sink http: {e}");
+                respond_close(&mut s, 400, "Bad Request", "malformed request\n").await?;
                 return Ok(());
             }
-            buf.extend_from_slice(&tmp[..n]);
         };
-        let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-        buf.drain(..head_end);
-        let mut lines = head.split("\r\n");
-        let request_line = lines.next().unwrap_or("");
-        let close = head.to_ascii_lowercase().contains("connection: close")
-            || request_line.ends_with("HTTP/1.0");
-        let mut parts = request_line.split(' ');
-        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        // GET and HEAD carry no body; one with a body (or a chunked one)
+        // is refused and the connection closed, so it cannot desync.
+        if !matches!(head.body_framing(0), Ok(BodyFraming::Length(0))) {
+            respond_close(&mut s, 400, "Bad Request", "no request bodies\n").await?;
+            return Ok(());
+        }
+        let close = head.wants_close();
+        let (method, path) = (head.method.as_str(), head.path.as_str());
         if method != "GET" && method != "HEAD" {
             respond_simple(&mut s, 405, "Method Not Allowed", "only GET\n").await?;
             if close {
@@ -355,6 +356,37 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
     }
     s.flush().await?;
     let _ = s.shutdown().await;
+    Ok(())
+}
+
+/// Answer with `Connection: close`, then close without losing the answer:
+/// the write side is shut and unread request bytes are drained for a
+/// moment (closing with unread bytes makes the kernel send a reset, which
+/// can destroy the answer before the client reads it).
+async fn respond_close<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    code: u16,
+    reason: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let r = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(r.as_bytes()).await?;
+    s.flush().await?;
+    let _ = s.shutdown().await;
+    let drain = async {
+        let mut tmp = [0u8; 4096];
+        let mut left: usize = 256 * 1024;
+        while left > 0 {
+            match s.read(&mut tmp).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
     Ok(())
 }
 
@@ -508,6 +540,54 @@ mod tests {
         let mut b = [0u8; 4];
         e.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"ping");
+    }
+
+    /// Send raw request bytes, read the answer until the sink closes.
+    async fn raw_exchange(addr: SocketAddr, req: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(req).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("the sink closes")
+            .unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn bad_requests_are_refused_and_closed() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let a = start(any, any, any).await.unwrap();
+        let r = raw_exchange(a.http, b"GET /bytes/5 HTTP/1.1\r\nBad Name: x\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 400 "), "{r}");
+        // A body on a GET, or a chunked one, would desync keep-alive.
+        let r = raw_exchange(
+            a.http,
+            b"GET /bytes/5 HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        )
+        .await;
+        assert!(r.starts_with("HTTP/1.1 400 "), "{r}");
+        let r = raw_exchange(
+            a.http,
+            b"GET /bytes/5 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        )
+        .await;
+        assert!(r.starts_with("HTTP/1.1 400 "), "{r}");
+        let mut big = b"GET /bytes/5 HTTP/1.1\r\nX: ".to_vec();
+        big.resize(9000, b'x');
+        let r = raw_exchange(a.http, &big).await;
+        assert!(r.starts_with("HTTP/1.1 431 "), "{r}");
+        // HTTP/1.0 closes after the answer; a pipelined HTTP/1.1 pair is
+        // answered in order.
+        let r = raw_exchange(a.http, b"GET /bytes/3 HTTP/1.0\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 200 ") && r.contains("Content-Length: 3\r\n"));
+        let r = raw_exchange(
+            a.http,
+            b"GET /bytes/1 HTTP/1.1\r\n\r\nGET /nothing HTTP/1.1\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(r.starts_with("HTTP/1.1 200 "), "{r}");
+        assert!(r.contains("HTTP/1.1 404 "), "{r}");
     }
 
     #[tokio::test]

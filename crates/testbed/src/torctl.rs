@@ -10,6 +10,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use time::PrimitiveDateTime;
+use time::format_description::BorrowedFormatItem;
+use time::macros::format_description;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -37,38 +40,26 @@ pub struct CircEvent {
     pub one_hop: bool,
 }
 
-/// `2026-11-23T10:00:00.123456` (UTC, years 1970-9999) as Unix seconds.
+/// `2026-11-23T10:00:00.123456` (UTC, years 1970-9999; a fraction of 1 to
+/// 9 digits or none) as Unix seconds. Impossible dates and times
+/// (2026-02-31, hour 24) are refused.
 pub fn parse_iso_usec(t: &str) -> Option<f64> {
-    let num = |x: &str, len: usize| -> Option<i64> {
-        (x.len() == len && x.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| x.parse().ok())
-            .flatten()
-    };
-    let (date, time) = t.split_once('T')?;
-    let mut d = date.split('-');
-    let (y, m, day) = (num(d.next()?, 4)?, num(d.next()?, 2)?, num(d.next()?, 2)?);
-    if d.next().is_some() || y < 1970 || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    const ISO: &[BorrowedFormatItem<'static>] = format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second][optional [.[subsecond]]]"
+    );
+    // Exactly four year digits (no sign, no expanded years) and at most
+    // nanoseconds.
+    let year_ok = t
+        .get(..5)
+        .is_some_and(|y| y.as_bytes()[..4].iter().all(u8::is_ascii_digit) && y.ends_with('-'));
+    if !year_ok || t.split_once('.').is_some_and(|(_, f)| f.len() > 9) {
         return None;
     }
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut h = hms.split(':');
-    let (hh, mm, ss) = (num(h.next()?, 2)?, num(h.next()?, 2)?, num(h.next()?, 2)?);
-    if h.next().is_some() || hh > 23 || mm > 59 || ss > 60 {
+    let dt = PrimitiveDateTime::parse(t, ISO).ok()?.assume_utc();
+    if dt.year() < 1970 {
         return None;
     }
-    if frac.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let frac: f64 = format!("0.{frac}").parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + hh * 3600 + mm * 60 + ss) as f64 + frac)
+    Some(dt.unix_timestamp() as f64 + f64::from(dt.nanosecond()) / 1e9)
 }
 
 fn now_unix() -> f64 {
@@ -366,8 +357,22 @@ mod tests {
         assert_eq!(e.created_unix, Some(1_795_428_000.25));
         assert_eq!(parse_iso_usec("1970-01-01T00:00:00.000000"), Some(0.0));
         assert_eq!(parse_iso_usec("2000-03-01T00:00:01.5"), Some(951_868_801.5));
+        assert_eq!(parse_iso_usec("2000-02-29T00:00:00"), Some(951_782_400.0));
+        assert_eq!(
+            parse_iso_usec("2024-02-29T12:00:00.000000"),
+            Some(1_709_208_000.0)
+        );
         for bad in [
             "",
+            "2026-02-31T00:00:00.0",
+            "2026-02-29T00:00:00",
+            "2026-11-23T24:00:00.0",
+            "2026-11-23T10:00:60.0",
+            "1969-12-31T23:59:59.0",
+            "+2026-11-23T10:00:00.0",
+            "2026-11-23T10:00:00.",
+            "2026-11-23T10:00:00.1234567890",
+            "2026-11-23T10:00:00.0Z",
             "2026-13-01T00:00:00.0",
             "2026-11-23 10:00:00",
             "2026-11-23T25:00:00.0",
@@ -380,16 +385,15 @@ mod tests {
 
     /// Unix seconds as tor's `TIME_CREATED` (UTC, microseconds).
     fn iso(unix: f64) -> String {
+        const ISO: &[BorrowedFormatItem<'static>] = format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]"
+        );
         let secs = unix.floor() as i64;
         let usec = ((unix - secs as f64) * 1e6) as i64;
-        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        let (y, m, d) = onionmix_measure::report::civil_from_days(days);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{usec:06}",
-            rem / 3600,
-            rem / 60 % 60,
-            rem % 60
-        )
+        (time::OffsetDateTime::from_unix_timestamp(secs).unwrap()
+            + time::Duration::microseconds(usec))
+        .format(ISO)
+        .unwrap()
     }
 
     /// A fake tor control port: checks the cookie and SETEVENTS, writes

@@ -599,31 +599,37 @@ async fn exchange(
         .map_err(|e| e.to_string())?;
     s.flush().await.map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 64 * 1024];
-    let mut head: Vec<u8> = Vec::new();
-    let mut first = None;
-    let body_start;
-    loop {
-        // Read only up to the end of this response's head + body so a
-        // kept-alive connection stays in step.
-        let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
-        if k == 0 {
-            return Err("closed before the response".into());
-        }
-        first.get_or_insert_with(|| t0.elapsed());
-        head.extend_from_slice(&buf[..k]);
-        if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            body_start = p + 4;
-            break;
-        }
-        if head.len() > 16 * 1024 {
-            return Err("response head too long".into());
-        }
+    // The first read times the first byte; the parser takes it from there.
+    let k = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+    if k == 0 {
+        return Err("closed before the response".into());
     }
-    let text = String::from_utf8_lossy(&head[..body_start]).to_string();
-    if !text.starts_with("HTTP/1.1 200") {
-        return Err(format!("HTTP {}", text.lines().next().unwrap_or("").trim()));
+    let first = t0.elapsed();
+    let mut pending = buf[..k].to_vec();
+    let head = onionmix_http::io::read_response_head(
+        s,
+        &mut pending,
+        &onionmix_http::Limits::DEFAULT,
+        crate::http::HEAD_TIMEOUT,
+    )
+    .await
+    .map_err(|e| format!("response head: {e}"))?;
+    if head.status != 200 {
+        return Err(format!("HTTP {} {}", head.status, head.reason));
     }
-    let mut got = (head.len() - body_start) as u64;
+    // Read exactly this response's body so a kept-alive connection stays
+    // in step.
+    let max = usize::try_from(crate::sink::MAX_BYTES).unwrap_or(usize::MAX);
+    match head.body_framing(max, false) {
+        Ok(onionmix_http::BodyFraming::Length(len)) if u64::try_from(len) == Ok(n) => {}
+        Ok(f) => {
+            return Err(format!(
+                "response framing {f:?} where {n} bytes were asked for"
+            ));
+        }
+        Err(e) => return Err(format!("response head: {e}")),
+    }
+    let mut got = pending.len() as u64;
     if got > n {
         return Err(format!("{got} body bytes where {n} were asked for"));
     }
@@ -647,7 +653,7 @@ async fn exchange(
         mark(got, &mut at_half, &mut at_one);
     }
     Ok(Exchange {
-        first_byte: first.unwrap_or_default(),
+        first_byte: first,
         last_byte: t0.elapsed(),
         at_half_mib: at_half,
         at_one_mib: at_one,
@@ -973,11 +979,31 @@ async fn goodput(
                 Err(_) => break,
                 Ok(r) => r.map_err(|e| e.to_string())?,
             }
-            // Bytes of the response head still to skip (only body bytes
-            // count), then body bytes received.
-            let mut head: Vec<u8> = Vec::new();
-            let mut in_head = true;
-            let mut body = 0u64;
+            // The response head (only body bytes count), then body bytes.
+            let mut pending = Vec::new();
+            let left = end.saturating_sub(t0.elapsed());
+            let head = match onionmix_http::io::read_response_head(
+                &mut s,
+                &mut pending,
+                &onionmix_http::Limits::DEFAULT,
+                left,
+            )
+            .await
+            {
+                Ok(h) => h,
+                Err(onionmix_http::ReadError::TimedOut) => break 'conn,
+                Err(onionmix_http::ReadError::Closed(_)) => {
+                    return Err("stream ended early (after 0 body bytes)".into());
+                }
+                Err(e) => return Err(format!("response head: {e}")),
+            };
+            if head.status != 200 {
+                return Err("sink refused the stream".into());
+            }
+            let mut body = pending.len() as u64;
+            if t0.elapsed() >= warm {
+                counted += body;
+            }
             loop {
                 let left = end.saturating_sub(t0.elapsed());
                 if left.is_zero() {
@@ -992,25 +1018,9 @@ async fn goodput(
                     Ok(Ok(k)) => k,
                     Ok(Err(e)) => return Err(e.to_string()),
                 };
-                let mut chunk = &buf[..k];
-                if in_head {
-                    head.extend_from_slice(chunk);
-                    let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        if head.len() > 16 * 1024 {
-                            return Err("response head too long".into());
-                        }
-                        continue;
-                    };
-                    if !head.starts_with(b"HTTP/1.1 200") {
-                        return Err("sink refused the stream".into());
-                    }
-                    let already = head.len() - (p + 4);
-                    chunk = &chunk[k - already..];
-                    in_head = false;
-                }
-                body += chunk.len() as u64;
+                body += k as u64;
                 if t0.elapsed() >= warm {
-                    counted += chunk.len() as u64;
+                    counted += k as u64;
                 }
             }
         }

@@ -1,11 +1,14 @@
 //! The authority's small HTTP/1.0 codec (DirPort server side, and the
-//! client side of vote and signature exchange). Every size and wait is
-//! bounded.
+//! client side of vote and signature exchange). Heads, `Content-Length`
+//! and framing are the shared parser's (`onionmix-http`); this module adds
+//! the directory path check and tor's `deflate` answers. Every size and
+//! wait is bounded.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use onionmix_http::{HttpError, Limits, ReadError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -18,84 +21,44 @@ pub const MAX_RESPONSE: usize = 8 << 20;
 /// Time allowed to receive a request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A parsed request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// `GET` or `POST` (others are answered 405).
-    pub method: String,
-    /// Path.
-    pub path: String,
-    /// Headers, names lowercased.
-    pub headers: Vec<(String, String)>,
-    /// Body (POST).
-    pub body: Vec<u8>,
+/// A parsed request: head and `Content-Length` body.
+pub use onionmix_http::Request;
+
+/// Head limits (the shared parser's hard caps: [`MAX_HEAD`] bytes, 64
+/// headers).
+const LIMITS: Limits = Limits::new(MAX_HEAD, onionmix_http::MAX_HEADERS);
+/// Longest request path accepted.
+const MAX_PATH: usize = 8192;
+
+/// Why a request was refused (answered 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// Not an acceptable HTTP request.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// The path is not a directory path (`/tor/...`, visible ASCII).
+    #[error("bad path")]
+    BadPath,
 }
 
-impl Request {
-    /// A header's value.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+/// A directory path: `/tor/...`, visible ASCII, bounded.
+fn check_path(req: &Request) -> Result<(), RequestError> {
+    let path = req.path();
+    if !path.starts_with("/tor/")
+        || path.len() > MAX_PATH
+        || !path.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(RequestError::BadPath);
     }
+    Ok(())
 }
 
 /// Parse a request from `buf`: `Ok(None)` if more bytes are needed.
-pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, &'static str> {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        if buf.len() > MAX_HEAD {
-            return Err("request head too large");
-        }
+pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, RequestError> {
+    let Some(req) = onionmix_http::parse_request(buf, &LIMITS, MAX_BODY)? else {
         return Ok(None);
     };
-    if end > MAX_HEAD {
-        return Err("request head too large");
-    }
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| "request is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let first = lines.next().ok_or("empty request")?;
-    let mut parts = first.split(' ');
-    let (Some(method), Some(path), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("malformed request line");
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Err("not HTTP/1.x");
-    }
-    if !path.starts_with("/tor/")
-        || path.len() > 8192
-        || !path.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err("bad path");
-    }
-    let mut headers = Vec::new();
-    for l in lines {
-        let (n, v) = l.split_once(':').ok_or("malformed header")?;
-        if headers.len() >= 64 {
-            return Err("too many headers");
-        }
-        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-    }
-    let mut req = Request {
-        method: method.to_string(),
-        path: path.to_string(),
-        headers,
-        body: Vec::new(),
-    };
-    let len: usize = match req.header("content-length") {
-        Some(v) => v.parse().map_err(|_| "bad Content-Length")?,
-        None => 0,
-    };
-    if len > MAX_BODY {
-        return Err("body too large");
-    }
-    let have = buf.len() - (end + 4);
-    if have < len {
-        return Ok(None);
-    }
-    req.body = buf[end + 4..end + 4 + len].to_vec();
+    check_path(&req)?;
     Ok(Some(req))
 }
 
@@ -144,25 +107,18 @@ pub fn response(code: u16, reason: &str, body: &[u8], deflate: bool) -> Vec<u8> 
 /// Read one request from `sock`, answer it with `handler`, close.
 pub async fn serve_one<F: FnOnce(Request) -> Vec<u8>>(mut sock: TcpStream, handler: F) {
     let mut buf = Vec::new();
-    let read = async {
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match parse_request(&buf) {
-                Ok(Some(r)) => return Ok(r),
-                Ok(None) => {}
-                Err(e) => return Err(e),
-            }
-            let n = sock.read(&mut chunk).await.map_err(|_| "read error")?;
-            if n == 0 {
-                return Err("connection closed mid-request");
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-    };
-    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, read).await {
-        Ok(Ok(req)) => handler(req),
-        Ok(Err(e)) => response(400, e, b"", false),
-        Err(_) => return,
+    let read =
+        onionmix_http::io::read_request(&mut sock, &mut buf, &LIMITS, MAX_BODY, REQUEST_TIMEOUT)
+            .await;
+    let resp = match read {
+        Ok(req) => match check_path(&req) {
+            Ok(()) => handler(req),
+            Err(e) => response(400, &e.to_string(), b"", false),
+        },
+        Err(ReadError::Http(e)) => response(400, &e.to_string(), b"", false),
+        Err(ReadError::Closed(_)) => response(400, "connection closed mid-request", b"", false),
+        Err(ReadError::Io(_)) => response(400, "read error", b"", false),
+        Err(ReadError::TimedOut) => return,
     };
     let _ = tokio::time::timeout(REQUEST_TIMEOUT, sock.write_all(&resp)).await;
     let _ = sock.shutdown().await;
@@ -177,37 +133,31 @@ async fn exchange(addr: SocketAddr, req: Vec<u8>) -> Result<(u16, String), Strin
         .read_to_end(&mut out)
         .await
         .map_err(|e| e.to_string())?;
-    let end = out
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
+    let head = onionmix_http::parse_response_head(&out, &Limits::DEFAULT)
+        .map_err(|e| e.to_string())?
         .ok_or("no response head")?;
-    let head = String::from_utf8_lossy(&out[..end]).to_string();
-    let status = head.lines().next().unwrap_or("");
-    let mut it = status.splitn(3, ' ');
-    let _ = it.next();
-    let code: u16 = it
-        .next()
-        .and_then(|c| c.parse().ok())
-        .ok_or("bad status line")?;
-    let reason = it.next().unwrap_or("").to_string();
-    let body = &out[end + 4..];
-    let deflated = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("content-encoding: deflate")
-    });
+    let code = head.status;
+    if code != 200 {
+        return Ok((code, head.reason));
+    }
+    let resp = onionmix_http::parse_response(&out, &Limits::DEFAULT, MAX_RESPONSE, false)
+        .map_err(|e| e.to_string())?;
+    let deflated = resp
+        .head
+        .header("content-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("deflate"));
     let body = if deflated {
-        let mut d = std::io::Read::take(flate2::read::ZlibDecoder::new(body), MAX_RESPONSE as u64);
+        let mut d = std::io::Read::take(
+            flate2::read::ZlibDecoder::new(&resp.body[..]),
+            MAX_RESPONSE as u64,
+        );
         let mut v = Vec::new();
         std::io::Read::read_to_end(&mut d, &mut v).map_err(|e| e.to_string())?;
         v
     } else {
-        body.to_vec()
+        resp.body
     };
-    if code == 200 {
-        Ok((code, String::from_utf8_lossy(&body).to_string()))
-    } else {
-        Ok((code, reason))
-    }
+    Ok((code, String::from_utf8_lossy(&body).to_string()))
 }
 
 /// GET `path` from `addr`: (status, body on 200 else reason).
@@ -239,10 +189,7 @@ mod tests {
             assert_eq!(parse_request(&full[..cut]), Ok(None), "cut {cut}");
         }
         let r = parse_request(full).unwrap().unwrap();
-        assert_eq!(
-            (r.method.as_str(), r.body.as_slice()),
-            ("POST", &b"hello"[..])
-        );
+        assert_eq!((r.method(), r.body.as_slice()), ("POST", &b"hello"[..]));
         assert!(parse_request(b"GET /etc/passwd HTTP/1.0\r\n\r\n").is_err());
         assert!(parse_request(b"GET /tor/ HTTP/2\r\n\r\n").is_err());
         assert!(

@@ -961,11 +961,11 @@ impl Authority {
 
     /// Answer one raw HTTP request (DirPort or BEGIN_DIR).
     pub fn answer(self: &Arc<Self>, req: &http::Request) -> Vec<u8> {
-        match req.method.as_str() {
+        match req.method() {
             "GET" => {
-                let (path, z) = match req.path.strip_suffix(".z") {
+                let (path, z) = match req.path().strip_suffix(".z") {
                     Some(p) => (p, true),
-                    None => (req.path.as_str(), false),
+                    None => (req.path(), false),
                 };
                 let deflate = z
                     || req
@@ -978,7 +978,7 @@ impl Authority {
             }
             "POST" => {
                 let body = String::from_utf8_lossy(&req.body);
-                let r = match req.path.as_str() {
+                let r = match req.path() {
                     "/tor/" => self.accept_upload(&body),
                     "/tor/post/vote" => self.accept_vote(&body),
                     "/tor/post/consensus-signature" => self.accept_signature(&body),
@@ -987,7 +987,7 @@ impl Authority {
                 match r {
                     Ok(msg) => http::response(200, msg, b"", false),
                     Err(e) => {
-                        info!("{} refused: {e}", req.path);
+                        info!("{} refused: {e}", req.path());
                         http::response(400, &e, b"", false)
                     }
                 }
@@ -1045,10 +1045,10 @@ impl DirServer for AuthDir {
             match http::parse_request(req) {
                 // GETs and descriptor uploads (tor relays upload over
                 // BEGIN_DIR); votes and signatures come to the DirPort.
-                Ok(Some(r)) if r.method == "GET" || r.path == "/tor/" => self.0.answer(&r),
+                Ok(Some(r)) if r.method() == "GET" || r.path() == "/tor/" => self.0.answer(&r),
                 Ok(Some(_)) => http::response(400, "POST it to the DirPort", b"", false),
                 Ok(None) => http::response(400, "incomplete request", b"", false),
-                Err(e) => http::response(400, e, b"", false),
+                Err(e) => http::response(400, &e.to_string(), b"", false),
             }
         })
     }

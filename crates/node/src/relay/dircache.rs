@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use onionmix_http::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -52,53 +53,51 @@ pub struct DirGet {
     pub accept_encoding: Option<String>,
 }
 
+/// Why a directory request was refused (answered 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirRequestError {
+    /// Not an acceptable HTTP request head.
+    #[error(transparent)]
+    Http(#[from] onionmix_http::HttpError),
+    /// The head is not complete.
+    #[error("incomplete request")]
+    Incomplete,
+    /// Another method than GET.
+    #[error("only GET is served")]
+    NotGet,
+    /// Not `/tor/...` in visible ASCII.
+    #[error("not a directory path")]
+    NotDirectoryPath,
+}
+
 /// Parse a raw HTTP request: only `GET /tor/...` is accepted.
-pub fn parse_request(req: &[u8]) -> Result<DirGet, &'static str> {
-    let end = req
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("incomplete request")?;
-    let head = std::str::from_utf8(&req[..end]).map_err(|_| "request is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let first = lines.next().ok_or("empty request")?;
-    let mut parts = first.split(' ');
-    let (Some(method), Some(path), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("malformed request line");
-    };
-    if method != "GET" {
-        return Err("only GET is served");
+pub fn parse_request(req: &[u8]) -> Result<DirGet, DirRequestError> {
+    let head = onionmix_http::parse_request_head(req, &Limits::DEFAULT)?
+        .ok_or(DirRequestError::Incomplete)?;
+    if head.method != "GET" {
+        return Err(DirRequestError::NotGet);
     }
-    if !version.starts_with("HTTP/1.") {
-        return Err("not HTTP/1.x");
-    }
+    let path = head.path.as_str();
     if !path.starts_with("/tor/")
         || path.len() > 8192
         || !path
             .bytes()
             .all(|b| b.is_ascii_graphic() && b != b'\\' && b != b'"')
     {
-        return Err("not a directory path");
+        return Err(DirRequestError::NotDirectoryPath);
     }
-    let mut accept_encoding = None;
-    for l in lines {
-        if let Some((k, v)) = l.split_once(':')
-            && k.trim().eq_ignore_ascii_case("accept-encoding")
-        {
-            let v = v.trim();
-            if v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-                accept_encoding = Some(v.to_string());
-            }
-        }
-    }
+    let accept_encoding = head
+        .header("accept-encoding")
+        .filter(|v| v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic() || b == b' '))
+        .map(str::to_string);
     Ok(DirGet {
-        path: path.to_string(),
+        path: head.path.clone(),
         accept_encoding,
     })
 }
 
 fn error_response(code: u16, reason: &str) -> Vec<u8> {
+    let reason = onionmix_http::sanitize(reason, 200);
     format!("HTTP/1.0 {code} {reason}\r\nContent-Length: 0\r\n\r\n").into_bytes()
 }
 
@@ -133,7 +132,8 @@ impl DirCache {
         map.insert(key, (Instant::now(), v));
     }
 
-    async fn fetch(&self, up: SocketAddr, get: &DirGet) -> Result<Vec<u8>, String> {
+    /// Fetch from one upstream: (status, the raw response).
+    async fn fetch(&self, up: SocketAddr, get: &DirGet) -> Result<(u16, Vec<u8>), String> {
         let mut s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(up))
             .await
             .map_err(|_| "connect timed out".to_string())?
@@ -162,10 +162,11 @@ impl DirCache {
             .await
             .map_err(|_| "fetch timed out".to_string())?
             .map_err(|e| e.to_string())?;
-        if !out.starts_with(b"HTTP/1.") {
-            return Err("upstream answer is not HTTP".into());
-        }
-        Ok(out)
+        // Relay the answer as it came, once it is a whole, well-formed
+        // HTTP response (a truncated one is neither cached nor relayed).
+        let resp = onionmix_http::parse_response(&out, &Limits::DEFAULT, MAX_RESPONSE, false)
+            .map_err(|e| format!("bad upstream answer: {e}"))?;
+        Ok((resp.head.status, out))
     }
 
     /// Answer one raw request.
@@ -174,7 +175,7 @@ impl DirCache {
             Ok(g) => g,
             Err(why) => {
                 debug!("directory request refused: {why}");
-                return error_response(400, why);
+                return error_response(400, &why.to_string());
             }
         };
         let key = format!(
@@ -191,9 +192,8 @@ impl DirCache {
         for i in 0..n {
             let up = self.upstreams[(start + i) % n];
             match self.fetch(up, &get).await {
-                Ok(resp) => {
-                    let ok = resp.starts_with(b"HTTP/1.0 200") || resp.starts_with(b"HTTP/1.1 200");
-                    if ok {
+                Ok((status, resp)) => {
+                    if status == 200 {
                         self.store(key, std::sync::Arc::new(resp.clone()));
                         return resp;
                     }
@@ -278,5 +278,33 @@ mod tests {
         // No upstream reachable: 503, not a hang.
         let dead = DirCache::new(vec!["127.0.0.1:1".parse().unwrap()]);
         assert!(dead.answer(req).await.starts_with(b"HTTP/1.0 503"));
+    }
+
+    #[tokio::test]
+    async fn truncated_or_malformed_upstream_answers_are_not_relayed() {
+        for answer in [
+            &b"HTTP/1.0 200 OK\r\nContent-Length: 10\r\n\r\nhello"[..],
+            b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+            b"HTTP/1.0 200 OK\r\nContent-Len",
+            b"<html>not http</html>",
+        ] {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            tokio::spawn(async move {
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(answer).await;
+            });
+            let c = DirCache::new(vec![addr]);
+            let a = c.answer(b"GET /tor/keys/all HTTP/1.0\r\n\r\n").await;
+            assert!(
+                a.starts_with(b"HTTP/1.0 503"),
+                "{:?}",
+                String::from_utf8_lossy(&a)
+            );
+        }
     }
 }

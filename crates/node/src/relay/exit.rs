@@ -338,8 +338,14 @@ async fn dir(mut s: ExitStream) {
                     s.end(end_reason::TORPROTOCOL);
                     return;
                 }
-                if dir_request_complete(&req) {
-                    break;
+                match dir_request_complete(&req) {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => {
+                        // The server answers it with a 400 and the reason.
+                        tracing::debug!("BEGIN_DIR: bad request: {e}");
+                        break;
+                    }
                 }
             }
             Ok(None) => return,
@@ -368,18 +374,12 @@ async fn dir(mut s: ExitStream) {
 
 /// Whether `req` holds a whole HTTP request: the head and, for a POST
 /// (descriptor uploads to authorities), `Content-Length` body bytes.
-pub fn dir_request_complete(req: &[u8]) -> bool {
-    let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return false;
-    };
-    let head = String::from_utf8_lossy(&req[..end]);
-    let len = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    req.len() >= end + 4 + len
+/// `Err`: the bytes can never become an acceptable request (malformed
+/// head, bad or oversized `Content-Length`); the directory server answers
+/// such a request with a 400.
+pub fn dir_request_complete(req: &[u8]) -> Result<bool, onionmix_http::HttpError> {
+    onionmix_http::parse_request(req, &onionmix_http::Limits::DEFAULT, MAX_DIR_REQUEST)
+        .map(|r| r.is_some())
 }
 
 /// Something that answers directory HTTP requests (authorities).
@@ -397,15 +397,43 @@ mod tests {
 
     #[test]
     fn begin_dir_requests_wait_for_post_bodies() {
-        assert!(!dir_request_complete(b"GET /tor/ HTTP/1.0\r\n"));
-        assert!(dir_request_complete(b"GET /tor/ HTTP/1.0\r\n\r\n"));
+        assert_eq!(dir_request_complete(b"GET /tor/ HTTP/1.0\r\n"), Ok(false));
+        assert_eq!(
+            dir_request_complete(b"GET /tor/ HTTP/1.0\r\n\r\n"),
+            Ok(true)
+        );
         let post = b"POST /tor/ HTTP/1.0\r\nContent-Length: 4\r\n\r\nrout";
         for cut in 0..post.len() {
-            assert!(!dir_request_complete(&post[..cut]), "cut {cut}");
+            assert_eq!(dir_request_complete(&post[..cut]), Ok(false), "cut {cut}");
         }
-        assert!(dir_request_complete(post));
-        assert!(dir_request_complete(
-            b"POST /tor/ HTTP/1.0\r\ncontent-length: 0\r\n\r\n"
-        ));
+        assert_eq!(dir_request_complete(post), Ok(true));
+        assert_eq!(
+            dir_request_complete(b"POST /tor/ HTTP/1.0\r\ncontent-length: 0\r\n\r\n"),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn begin_dir_lengths_are_checked() {
+        // A peer-supplied length near usize::MAX used to overflow the
+        // completeness check; it is now refused at once.
+        let huge = format!(
+            "POST /tor/ HTTP/1.0\r\nContent-Length: {}\r\n\r\n",
+            usize::MAX
+        );
+        assert!(dir_request_complete(huge.as_bytes()).is_err());
+        let over = format!(
+            "POST /tor/ HTTP/1.0\r\nContent-Length: {}\r\n\r\n",
+            super::MAX_DIR_REQUEST + 1
+        );
+        assert!(dir_request_complete(over.as_bytes()).is_err());
+        for bad in [
+            &b"POST /tor/ HTTP/1.0\r\nContent-Length: -1\r\n\r\n"[..],
+            b"POST /tor/ HTTP/1.0\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"POST /tor/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET /tor/ HTTP/9.9\r\n\r\n",
+        ] {
+            assert!(dir_request_complete(bad).is_err());
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{info, warn};
 
@@ -90,26 +90,15 @@ async fn upload_one(addr: std::net::SocketAddr, desc: &str) -> Result<(u16, Stri
             .await
             .map_err(|e| e.to_string())?;
         let mut buf = Vec::new();
-        let mut tmp = [0u8; 4096];
-        loop {
-            let n = s.read(&mut tmp).await.map_err(|e| e.to_string())?;
-            if n == 0 || buf.len() > 64 * 1024 {
-                break;
-            }
-            buf.extend_from_slice(&tmp[..n]);
-            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                break;
-            }
-        }
-        let text = String::from_utf8_lossy(&buf);
-        let line = text.lines().next().unwrap_or("");
-        let mut parts = line.splitn(3, ' ');
-        let _ver = parts.next();
-        let code: u16 = parts
-            .next()
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("bad HTTP answer: {line:?}"))?;
-        Ok((code, parts.next().unwrap_or("").to_string()))
+        let head = onionmix_http::io::read_response_head(
+            &mut s,
+            &mut buf,
+            &onionmix_http::Limits::DEFAULT,
+            UPLOAD_TIMEOUT,
+        )
+        .await
+        .map_err(|e| format!("bad HTTP answer: {e}"))?;
+        Ok((head.status, head.reason))
     };
     tokio::time::timeout(UPLOAD_TIMEOUT, fut)
         .await
