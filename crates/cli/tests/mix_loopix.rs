@@ -16,7 +16,6 @@
 mod loopix_net;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,6 @@ use loopix_net::{Network, load_spec, repo_root, send_udp, u, wait_for};
 use onionmix_mix::loopix::codec::{self, Dest, Hop, Profile, ProfileKind, RoutingEntry};
 use onionmix_mix::loopix::config::Role;
 use onionmix_mix::testnet::LoopixSpec;
-
 
 /// Sends real messages around the ring, with one client offline until the
 /// rest are delivered, then checks loops and rates.

@@ -27,7 +27,6 @@ use loopix_net::{Network, load_spec, u, wait_for};
 use onionmix_mix::loopix::codec::{Control, legacy_pull, legacy_subscribe};
 use onionmix_mix::loopix::control::{AuthRequest, ControlKey, ControlKind, MAC_LEN};
 
-
 fn small_network(push: bool) -> Network {
     let mut spec = load_spec("loopix.toml");
     spec.clients = 4;

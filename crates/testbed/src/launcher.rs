@@ -581,9 +581,8 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 )
             })?;
             if !f.exists() {
-                std::fs::write(f, "+0\n").map_err(|e| {
-                    LaunchError::new(format!("cannot write {}: {e}", f.display()))
-                })?;
+                std::fs::write(f, "+0\n")
+                    .map_err(|e| LaunchError::new(format!("cannot write {}: {e}", f.display())))?;
             }
             Some((lib, f.clone()))
         }

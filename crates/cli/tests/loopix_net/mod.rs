@@ -201,5 +201,7 @@ pub fn send_udp(to: (&str, u16), data: &[u8]) {
 }
 
 pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    onionmix_testsupport::wait_for(what, timeout, Duration::from_millis(50), || f().then_some(()))
+    onionmix_testsupport::wait_for(what, timeout, Duration::from_millis(50), || {
+        f().then_some(())
+    })
 }

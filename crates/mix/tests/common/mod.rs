@@ -19,6 +19,7 @@ pub fn fixture(name: &str) -> serde_json::Value {
     serde_json::from_str(&s).expect("fixture is JSON")
 }
 
+#[allow(unused_imports)]
 pub use onionmix_testsupport::sphinxmix_python;
 
 /// Runs scripts/sphinxmix/sphinxmix_tool.py with a JSON request.
