@@ -4,6 +4,7 @@
 
 pub mod authority;
 pub mod client;
+pub mod clock;
 pub mod glue;
 pub mod reactor;
 pub mod relay;

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use serde::Deserialize;
 use tokio::net::TcpListener;
@@ -181,12 +181,7 @@ impl AuthorityConfig {
     }
 }
 
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::clock::now_unix;
 
 /// A stored descriptor and what the authority derived from it.
 #[derive(Debug, Clone)]
@@ -250,7 +245,7 @@ pub fn load_or_generate_keys(cfg: &AuthorityConfig) -> Result<AuthorityKeys, Str
     if dir.join("authority_identity_key").exists() {
         let k = AuthorityKeys::load(&dir).map_err(|e| e.to_string())?;
         let now = now_unix();
-        let cert = AuthCertificate::parse(&k.certificate, SystemTime::now());
+        let cert = AuthCertificate::parse(&k.certificate, crate::clock::now());
         let expiring = match &cert {
             Ok(c) => {
                 c.expires()
@@ -326,7 +321,7 @@ impl Authority {
             keys,
         });
         {
-            let cert = AuthCertificate::parse(&me.keys.certificate, SystemTime::now())
+            let cert = AuthCertificate::parse(&me.keys.certificate, crate::clock::now())
                 .map_err(|e| format!("our key certificate: {e}"))?;
             me.lock()
                 .certs
@@ -623,7 +618,7 @@ impl Authority {
 
     /// Take a vote (ours or a peer's) for the period being voted on.
     fn accept_vote(&self, text: &str) -> Result<&'static str, String> {
-        let v = vote::parse_vote(text, SystemTime::now()).map_err(|e| e.to_string())?;
+        let v = vote::parse_vote(text, crate::clock::now()).map_err(|e| e.to_string())?;
         if !self.peers.iter().any(|p| p.0 == v.header.v3ident) {
             return Err("vote from an authority we do not know".into());
         }
@@ -1242,7 +1237,7 @@ mod tests {
         let cons = auth
             .get("/tor/status-vote/current/consensus-microdesc")
             .unwrap();
-        let cert = AuthCertificate::parse(&keys.certificate, SystemTime::now()).unwrap();
+        let cert = AuthCertificate::parse(&keys.certificate, crate::clock::now()).unwrap();
         let c = UnverifiedConsensus::parse(&cons)
             .unwrap()
             .verify(

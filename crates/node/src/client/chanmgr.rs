@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -92,10 +92,7 @@ impl ChanMgr {
         let digest = info
             .responder_cert_digest()
             .ok_or_else(|| ChanError::Handshake("peer sent no TLS certificate".into()))?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = crate::clock::now_unix();
         let verifier = glue::responder_verifier();
         let expected = ExpectedPeer {
             rsa_id: target.rsa_id,

@@ -242,7 +242,7 @@ impl DirMgr {
     /// Fetch and verify a fresh consensus and the microdescriptors it needs;
     /// install the result. `via` enables BEGIN_DIR.
     pub async fn refresh(&self, via: Option<&CircMgr>) -> Result<Arc<NetDir>, DirError> {
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let fail = |what, last: String| DirError::AllFailed { what, last };
         let resp = self
             .fetch_any(&DirRequest::microdesc_consensus(), via)
@@ -326,7 +326,7 @@ impl DirMgr {
         match self.netdir() {
             Some(nd) => {
                 let t = nd.lifetime().pick_refresh_time(&mut rand::thread_rng());
-                t.duration_since(SystemTime::now())
+                t.duration_since(crate::clock::now())
                     .unwrap_or(Duration::from_secs(1))
                     .max(Duration::from_secs(1))
             }
@@ -370,7 +370,7 @@ impl DirMgr {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)
             .excluding(avoid)
@@ -435,9 +435,9 @@ impl DirMgr {
             let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
             let id = RelayId(*rsa_id);
             if ok {
-                g.record_success(&id, SystemTime::now());
+                g.record_success(&id, crate::clock::now());
             } else {
-                g.record_failure(&id, SystemTime::now());
+                g.record_failure(&id, crate::clock::now());
             }
         }
         self.save_guards();

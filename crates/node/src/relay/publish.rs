@@ -4,7 +4,7 @@
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -24,12 +24,7 @@ pub const UPLOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Lifetime of the ntor cross-certificate in our descriptors.
 pub const NTOR_CROSSCERT_LIFETIME: u64 = 14 * 24 * 3600;
 
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::clock::now_unix;
 
 /// Build our current descriptor.
 pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use tracing::{info, warn};
 
@@ -33,12 +33,7 @@ impl Rotated {
     }
 }
 
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::clock::now_unix;
 
 /// When the current ntor key was made: the key file's modification time.
 pub fn onion_key_time(keys_dir: &Path) -> u64 {
