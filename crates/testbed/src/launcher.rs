@@ -730,6 +730,19 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
     let mut last_count = usize::MAX;
     let mut consensus_ok = false;
     let mut clients_done = 0;
+    // Stock relays and exits (not authorities) that must hold the full
+    // consensus themselves: see `DirWait`.
+    let mut dir_wait = DirWait::new(
+        started
+            .iter()
+            .filter(|n| {
+                n.implementation == Implementation::Tor
+                    && !n.has_role(Role::Authority)
+                    && n.roles.iter().any(|r| r.is_relay())
+            })
+            .cloned()
+            .collect(),
+    );
     p.step(
         "consensus",
         &format!("waiting for a consensus listing all {n_relays} relays"),
@@ -785,7 +798,21 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 &format!("{done}/{} clients at 100%", clients.len()),
             );
         }
-        if consensus_ok && done == clients.len() {
+        if consensus_ok && !dir_wait.done() {
+            let before = dir_wait.ready_count();
+            dir_wait.poll(n_relays);
+            if dir_wait.ready_count() != before || dir_wait.done() {
+                p.step(
+                    "dirinfo",
+                    &format!(
+                        "{}/{} stock relays hold a consensus listing all {n_relays} relays",
+                        dir_wait.ready_count(),
+                        dir_wait.len()
+                    ),
+                );
+            }
+        }
+        if consensus_ok && dir_wait.done() && done == clients.len() {
             // Bootstrapped is not yet usable (stock tor may still fail its
             // first streams): require an echo round trip through each client.
             let echo = sink_info.as_ref().map(|s| s.echo);
@@ -802,7 +829,9 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             }
         }
         if Instant::now() > deadline {
-            // Blame a client that has not bootstrapped, else the first authority.
+            // Blame a client that has not bootstrapped, else a stock relay
+            // without the consensus, else the first authority.
+            let lagging = dir_wait.first_missing();
             let culprit = if consensus_ok {
                 clients
                     .iter()
@@ -811,10 +840,13 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                             .is_ok_and(|l| l.contains("Bootstrapped 100%"))
                     })
                     .copied()
+                    .or(lagging)
             } else {
                 started.iter().find(|n| n.has_role(Role::Authority))
             };
-            let msg = if consensus_ok {
+            let msg = if consensus_ok && done == clients.len() && lagging.is_some() {
+                format!("relay holds no consensus listing all {n_relays} relays within {timeout:?}")
+            } else if consensus_ok {
                 format!("client did not reach Bootstrapped 100% within {timeout:?}")
             } else {
                 format!(
@@ -968,7 +1000,94 @@ fn pick_free_subnet() -> Result<onionmix_emu::profile::Subnet, LaunchError> {
     )))
 }
 
-/// Count `r ` lines in an authority's current microdesc consensus.
+/// Waits until every stock (tor) relay and exit holds a microdesc
+/// consensus listing every relay.
+///
+/// A stock exit refuses a BEGIN whose previous hop it does not know as a
+/// relay (neither in its consensus nor among its descriptors): it logs
+/// "Attempt by ... to open a stream from unknown relay. Closing." and
+/// answers END reason MISC (`RefuseUnknownExits`, on by default). Relays
+/// fetch the consensus on an exponential back-off that grows while the
+/// authorities answer 404 (before the first consensus exists), so an exit
+/// can get its first consensus 30 s or more after the client has
+/// bootstrapped; meanwhile every stream through it fails, and after three
+/// such ENDs the client gives up with SOCKS "general failure".
+///
+/// A relay's `cached-microdesc-consensus` is read (or, failing that, its
+/// DirPort asked for the consensus); a relay that does not
+/// have it yet gets SIGHUP, which makes tor reset its download back-off and
+/// fetch at once (sent only after its log shows "Bootstrapped 0%", i.e.
+/// once tor's signal handlers are installed, and at most every 10 s).
+struct DirWait {
+    nodes: Vec<NodeInfo>,
+    ready: Vec<bool>,
+    last_poll: Option<Instant>,
+    last_nudge: Vec<Option<Instant>>,
+}
+
+impl DirWait {
+    const POLL: Duration = Duration::from_secs(1);
+    const NUDGE: Duration = Duration::from_secs(10);
+
+    fn new(nodes: Vec<NodeInfo>) -> Self {
+        let n = nodes.len();
+        DirWait {
+            nodes,
+            ready: vec![false; n],
+            last_poll: None,
+            last_nudge: vec![None; n],
+        }
+    }
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+    fn ready_count(&self) -> usize {
+        self.ready.iter().filter(|r| **r).count()
+    }
+    fn done(&self) -> bool {
+        self.ready.iter().all(|r| *r)
+    }
+    fn first_missing(&self) -> Option<&NodeInfo> {
+        self.nodes
+            .iter()
+            .zip(&self.ready)
+            .find(|(_, r)| !**r)
+            .map(|(n, _)| n)
+    }
+    /// Check the relays not yet ready (at most once a second) and nudge
+    /// the ones still without the full consensus.
+    fn poll(&mut self, n_relays: usize) {
+        if self.last_poll.is_some_and(|t| t.elapsed() < Self::POLL) {
+            return;
+        }
+        self.last_poll = Some(Instant::now());
+        for (i, n) in self.nodes.iter().enumerate() {
+            if self.ready[i] {
+                continue;
+            }
+            // Its data directory holds the consensus tor uses; else ask its
+            // DirPort (the same document, as a directory cache serves it).
+            let cached = std::fs::read_to_string(n.data_dir.join("cached-microdesc-consensus"))
+                .is_ok_and(|c| c.lines().filter(|l| l.starts_with("r ")).count() >= n_relays);
+            let ready = cached
+                || n.dir_addr()
+                    .is_some_and(|a| count_consensus_relays(a) >= n_relays);
+            if ready {
+                self.ready[i] = true;
+                continue;
+            }
+            let due = self.last_nudge[i].is_none_or(|t| t.elapsed() >= Self::NUDGE);
+            let started =
+                std::fs::read_to_string(&n.log).is_ok_and(|l| l.contains("Bootstrapped 0%"));
+            if due && started && proc::reload(n.pid, n.start_time) {
+                self.last_nudge[i] = Some(Instant::now());
+            }
+        }
+    }
+}
+
+/// Count `r ` lines in the current microdesc consensus a directory (an
+/// authority, or a stock relay's DirPort) serves.
 pub fn count_consensus_relays(dir_addr: SocketAddr) -> usize {
     match http_get_plain(dir_addr, "/tor/status-vote/current/consensus-microdesc") {
         Some(body) => body.lines().filter(|l| l.starts_with("r ")).count(),

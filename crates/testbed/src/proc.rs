@@ -38,6 +38,16 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
+/// Send SIGHUP to a process we started (tor: reload the configuration and
+/// retry directory downloads at once). Returns whether it was sent.
+pub fn reload(pid: u32, start: u64) -> bool {
+    if !alive(pid, start) {
+        return false;
+    }
+    signal(pid, libc::SIGHUP);
+    true
+}
+
 /// Stop a process we started: SIGTERM, wait up to `grace`, then SIGKILL.
 /// Returns true if it is gone.
 pub fn stop(pid: u32, start: u64, grace: Duration) -> bool {
