@@ -11,11 +11,10 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common_net::{download_by, start, tor_available};
+use common_net::{start, tor_available};
 use onionmix_testbed::launcher::{echo_through_socks, http_get_plain};
 use onionmix_testbed::netinfo::{NetworkInfo, NodeInfo};
 use onionmix_testbed::proc;
-use onionmix_testbed::spec::Implementation;
 
 /// A client process started by this test, killed (by pid) on drop.
 struct Extra(Child);
@@ -137,13 +136,7 @@ fn wait_bootstrapped(log: &str, what: &str) {
 }
 
 /// Download 1 MiB from the sink through `socks` and verify it.
-fn check_download(
-    rt: &tokio::runtime::Runtime,
-    info: &NetworkInfo,
-    imp: Implementation,
-    socks: SocketAddr,
-    what: &str,
-) {
+fn check_download(rt: &tokio::runtime::Runtime, info: &NetworkInfo, socks: SocketAddr, what: &str) {
     let sink = info.sink.as_ref().unwrap();
     // Like the launcher's readiness check: "Bootstrapped 100%" is not yet
     // usable for stock tor (its first streams may fail); wait for one echo
@@ -158,7 +151,13 @@ fn check_download(
     }
     let host = sink.http.ip().to_string();
     let (r, t) = rt
-        .block_on(download_by(imp, socks, &host, sink.http.port(), 1 << 20))
+        .block_on(common_net::download(
+            socks,
+            &host,
+            sink.http.port(),
+            1 << 20,
+            None,
+        ))
         .unwrap_or_else(|e| panic!("{what}: download failed: {e}"));
     assert_eq!(r.body.len(), 1 << 20, "{what}: body length");
     assert!(r.sha256_ok(), "{what}: SHA-256 mismatch");
@@ -259,27 +258,20 @@ fn mixed_network_interop() {
     let mut clients = Vec::new();
     for p in stock_paths {
         let (c, socks, log) = stock_client(&info, tmp.path(), p);
-        clients.push((
-            c,
-            Implementation::Tor,
-            socks,
-            log,
-            format!("stock client via {}", p.join(" > ")),
-        ));
+        clients.push((c, socks, log, format!("stock client via {}", p.join(" > "))));
     }
     for p in our_paths {
         let (c, socks, log) = our_client(&info, tmp.path(), p);
         clients.push((
             c,
-            Implementation::Onionmix,
             socks,
             log,
             format!("onionmix client via {}", p.join(" > ")),
         ));
     }
-    for (_, imp, socks, log, what) in &clients {
+    for (_, socks, log, what) in &clients {
         wait_bootstrapped(log, what);
-        check_download(&rt, &info, *imp, *socks, what);
+        check_download(&rt, &info, *socks, what);
     }
     // Our clients' status shows the circuits went through the pinned hops
     // and no other.

@@ -20,12 +20,11 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
-use common_net::{download_by, start, tor_available};
+use common_net::{start, tor_available};
 use onionmix_netdoc::{AuthCertificate, AuthorityConfig, TimeTolerance, UnverifiedConsensus};
 use onionmix_testbed::launcher::http_get_plain;
 use onionmix_testbed::netinfo::{NetworkInfo, NodeInfo};
 use onionmix_testbed::proc;
-use onionmix_testbed::spec::Implementation;
 
 struct Extra(Child);
 impl Drop for Extra {
@@ -111,12 +110,18 @@ fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-fn download(info: &NetworkInfo, imp: Implementation, socks: SocketAddr, what: &str) {
+fn download(info: &NetworkInfo, socks: SocketAddr, what: &str) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sink = info.sink.as_ref().unwrap();
     let host = sink.http.ip().to_string();
     let (r, t) = rt
-        .block_on(download_by(imp, socks, &host, sink.http.port(), 1 << 20))
+        .block_on(common_net::download(
+            socks,
+            &host,
+            sink.http.port(),
+            1 << 20,
+            None,
+        ))
         .unwrap_or_else(|e| panic!("{what}: download failed: {e}"));
     assert_eq!(r.body.len(), 1 << 20, "{what}: body length");
     assert!(r.sha256_ok(), "{what}: SHA-256 mismatch");
@@ -210,22 +215,17 @@ fn onionmix_basic_network() {
     // The client carries verified downloads: 1 MiB, 20 MiB, 50 streams
     // at once, and one by hostname (resolved by the exit).
     let socks = node(&info, "omclient0").socks_addr().unwrap();
-    download(
-        &info,
-        Implementation::Onionmix,
-        socks,
-        "onionmix client over onionmix-basic",
-    );
+    download(&info, socks, "onionmix client over onionmix-basic");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sink = info.sink.clone().unwrap();
     let host = sink.http.ip().to_string();
     let (r, t) = rt
-        .block_on(download_by(
-            Implementation::Onionmix,
+        .block_on(common_net::download(
             socks,
             &host,
             sink.http.port(),
             20 << 20,
+            None,
         ))
         .expect("20 MiB");
     assert!(r.body.len() == 20 << 20 && r.sha256_ok(), "20 MiB verified");
@@ -347,12 +347,7 @@ fn onionmix_basic_network() {
         (middle, got)
     });
     assert!(got < 512 << 20, "the transfer cannot have completed");
-    download(
-        &info,
-        Implementation::Onionmix,
-        psocks,
-        "pinned client after its middle was killed",
-    );
+    download(&info, psocks, "pinned client after its middle was killed");
     drop(pinned);
     let t0 = Instant::now();
     wait_for("the killed relay leaves the consensus", 300, || {
@@ -383,12 +378,7 @@ fn onionmix_basic_network() {
         },
     );
     assert!(verify(&info, auth0, &newer) >= 2);
-    download(
-        &info,
-        Implementation::Onionmix,
-        socks,
-        "onionmix client after the authority restart",
-    );
+    download(&info, socks, "onionmix client after the authority restart");
 }
 
 #[test]
@@ -413,17 +403,7 @@ fn stock_tor_client_on_onionmix_authorities() {
     let log = std::fs::read_to_string(&node(&info, "client0").log).unwrap();
     assert!(log.contains("Bootstrapped 100%"));
     let socks = node(&info, "client0").socks_addr().unwrap();
-    download(
-        &info,
-        Implementation::Tor,
-        socks,
-        "stock tor client over onionmix authorities",
-    );
+    download(&info, socks, "stock tor client over onionmix authorities");
     let socks = node(&info, "omclient0").socks_addr().unwrap();
-    download(
-        &info,
-        Implementation::Onionmix,
-        socks,
-        "onionmix client over the same network",
-    );
+    download(&info, socks, "onionmix client over the same network");
 }

@@ -67,11 +67,12 @@ fn tor_basic_start_status_stop() {
     let client = info.clients(None)[0].socks_addr().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let (r, t) = common_net::download_retry(
+        let (r, t) = common_net::download(
             client,
             &sink.http.ip().to_string(),
             sink.http.port(),
             1 << 20,
+            None,
         )
         .await
         .unwrap();

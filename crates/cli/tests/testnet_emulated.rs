@@ -33,7 +33,7 @@ fn tor_basic_20ms_through_the_emulator() {
     let sink = info.sink.clone().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let (r, t) = common_net::download_retry(client, &sink.hostname, sink.http.port(), 1 << 20)
+        let (r, t) = common_net::download(client, &sink.hostname, sink.http.port(), 1 << 20, None)
             .await
             .unwrap();
         assert!(r.sha256_ok());
@@ -94,15 +94,10 @@ fn mixed_20ms_through_the_emulator() {
         let socks = c.socks_addr().unwrap();
         assert!(!socks.ip().is_loopback(), "nodes get their own addresses");
         rt.block_on(async {
-            let (r, t) = common_net::download_by(
-                c.implementation,
-                socks,
-                &sink.hostname,
-                sink.http.port(),
-                1 << 20,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+            let (r, t) =
+                common_net::download(socks, &sink.hostname, sink.http.port(), 1 << 20, None)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", c.name));
             assert!(r.sha256_ok());
             assert!(
                 r.first_byte >= Duration::from_millis(160),
