@@ -574,7 +574,7 @@ impl NetSetup {
             let batch = format!(
                 "link set dev lo up\n\
                  link set dev {ifname} addrgenmode none\n\
-                 link set dev {ifname} mtu 1500 txqueuelen 1000\n\
+                 link set dev {ifname} mtu 1500 txqueuelen 10000\n\
                  addr add {}/{plen} dev {ifname}\n\
                  link set dev {ifname} up\n",
                 n.address
@@ -594,7 +594,7 @@ impl NetSetup {
             setup.tuns.push(tun);
             let batch = format!(
                 "link set dev {ifname} addrgenmode none\n\
-                 link set dev {ifname} mtu 1500 txqueuelen 1000\n\
+                 link set dev {ifname} mtu 1500 txqueuelen 10000\n\
                  addr add {}/{plen} dev {ifname}\n\
                  link set dev {ifname} up\n",
                 resolved.host_address

@@ -123,6 +123,8 @@ pub struct RelayLinkIdentity {
     initiator_certs: Vec<u8>,
     sid: [u8; 32],
     scert: [u8; 32],
+    built_unix: u64,
+    expires_unix: u64,
 }
 
 impl RelayLinkIdentity {
@@ -141,13 +143,41 @@ impl RelayLinkIdentity {
             .initiator_certs(&mut rng, now_unix)
             .map_err(|e| e.to_string())?;
         let sid = sha256(&keys.rsa_identity.public().to_der());
+        // The identity is usable until the first of its certificates runs
+        // out: the TLS certificate, the type 5 link certificate, the type 6
+        // authentication certificate, the signing key's certificate.
+        let ed_expiry = |c: &[u8]| {
+            onionmix_crypto::certs::Ed25519Cert::parse(c)
+                .map(|c| c.expires_unix())
+                .unwrap_or(0)
+        };
+        let link_cert = keys.tls_link_cert(&tls.cert_sha256, now_unix);
+        let expires_unix = [
+            tls.not_after,
+            ed_expiry(&link_cert),
+            ed_expiry(&keys.ed_link_auth_cert),
+            keys.signing_cert_expires().unwrap_or(0),
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(0);
         Ok(RelayLinkIdentity {
             responder_certs: encode_certs_payload(&responder).map_err(|e| e.to_string())?,
             initiator_certs: encode_certs_payload(&initiator).map_err(|e| e.to_string())?,
             sid,
             scert: tls.cert_sha256,
             keys,
+            built_unix: now_unix,
+            expires_unix,
         })
+    }
+    /// When this identity was built (Unix seconds).
+    pub fn built_unix(&self) -> u64 {
+        self.built_unix
+    }
+    /// When its first certificate expires (Unix seconds).
+    pub fn expires_unix(&self) -> u64 {
+        self.expires_unix
     }
     /// The relay keys.
     pub fn keys(&self) -> &onionmix_crypto::keys::RelayKeys {

@@ -60,6 +60,8 @@ pub struct DirMgr {
     path_cfg: PathConfig,
     only: onionmix_netdoc::NodeRestrictions,
     guard_file: PathBuf,
+    /// The refresh time picked for the consensus with this valid-after.
+    refresh_at: Mutex<Option<(SystemTime, SystemTime)>>,
 }
 
 impl std::fmt::Debug for DirMgr {
@@ -106,6 +108,7 @@ impl DirMgr {
             cfg,
             auths,
             netdir: RwLock::new(None),
+            refresh_at: Mutex::new(None),
             certs: Mutex::new(Vec::new()),
             guards: Mutex::new(guards),
             path_cfg,
@@ -321,16 +324,24 @@ impl DirMgr {
         Ok(nd)
     }
 
-    /// When to refresh next.
-    pub fn next_refresh(&self) -> Duration {
-        match self.netdir() {
-            Some(nd) => {
-                let t = nd.lifetime().pick_refresh_time(&mut rand::thread_rng());
-                t.duration_since(crate::clock::now())
-                    .unwrap_or(Duration::from_secs(1))
-                    .max(Duration::from_secs(1))
+    /// When to refresh next (wall clock): a random time in the
+    /// consensus's refresh window, chosen once per consensus; soon if there
+    /// is none.
+    pub fn next_refresh_at(&self) -> SystemTime {
+        let now = crate::clock::now();
+        let Some(nd) = self.netdir() else {
+            return now + Duration::from_secs(5);
+        };
+        let mut slot = self.refresh_at.lock().unwrap_or_else(|e| e.into_inner());
+        let va = nd.lifetime().valid_after;
+        match *slot {
+            Some((for_va, at)) if for_va == va => at,
+            _ => {
+                let at = nd.lifetime().pick_refresh_time(&mut rand::thread_rng());
+                let at = at.max(now + Duration::from_secs(1));
+                *slot = Some((va, at));
+                at
             }
-            None => Duration::from_secs(5),
         }
     }
 

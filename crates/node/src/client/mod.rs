@@ -194,8 +194,12 @@ impl Client {
         info!("Bootstrapped 100% (done): Done");
         let _ = ready.send(true);
         loop {
-            let wait = self.dir.next_refresh();
-            tokio::time::sleep(wait).await;
+            // Sleep towards the refresh time in slices, so a wall clock
+            // that jumps forward (past the consensus's lifetime) is noticed.
+            let at = self.dir.next_refresh_at();
+            while crate::clock::now() < at {
+                tokio::time::sleep(crate::clock::sleep_towards(at)).await;
+            }
             // Once circuits exist, fetch over BEGIN_DIR; fall back to DirPort.
             if let Err(e) = self.dir.refresh(Some(&self.circmgr)).await {
                 warn!("directory refresh failed: {e}");

@@ -81,6 +81,9 @@ pub struct RelayCtx {
     pub started: std::time::Instant,
     /// The ORPort actually bound (set by [`start`]).
     bound_or_port: std::sync::atomic::AtomicU16,
+    /// Held while keys or the link identity are being renewed, so the
+    /// rotation loop and a handshake that finds them expired never both do.
+    pub(crate) rotation: Mutex<()>,
 }
 
 impl RelayCtx {
@@ -92,17 +95,24 @@ impl RelayCtx {
     pub fn set_ntor_keys(&self, k: Vec<NtorSecretKey>) {
         *self.ntor.write().unwrap_or_else(|e| e.into_inner()) = k;
     }
-    fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
+    pub(crate) fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
-    /// Install new keys (after a rotation): a fresh TLS identity and link
-    /// certificates for new channels, the new ntor keys for CREATE2.
-    /// Channels already open keep working.
-    pub fn replace_keys(&self, keys: RelayKeys) -> Result<(), String> {
+    /// Install new keys (after a rotation) at `now_unix`: a fresh TLS
+    /// identity and link certificates for new channels, the new ntor keys
+    /// for CREATE2. Channels already open keep working.
+    pub fn replace_keys(&self, keys: RelayKeys, now_unix: u64) -> Result<(), String> {
         let ntor = keys.ntor_keys();
-        let (link, transport) = link_identity(keys)?;
+        let (link, transport) = link_identity(keys, now_unix)?;
         *self.link.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(link), transport);
         self.set_ntor_keys(ntor);
+        Ok(())
+    }
+    /// A new TLS key and certificate and new link certificates with the
+    /// same relay keys (tor renews its TLS identity every few hours).
+    pub fn renew_link(&self, now_unix: u64) -> Result<(), String> {
+        let (link, transport) = link_identity(self.keys(), now_unix)?;
+        *self.link.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(link), transport);
         Ok(())
     }
     /// The relay's keys.
@@ -131,8 +141,7 @@ use crate::clock::now_unix;
 
 /// A fresh TLS identity (certificate signed by the RSA identity) and the
 /// link certificates for `keys`.
-fn link_identity(keys: RelayKeys) -> Result<(RelayLinkIdentity, TlsTransport), String> {
-    let now = now_unix();
+fn link_identity(keys: RelayKeys, now: u64) -> Result<(RelayLinkIdentity, TlsTransport), String> {
     let tls = TlsIdentity::generate(
         &mut rand::rngs::OsRng,
         &keys.rsa_identity,
@@ -155,7 +164,7 @@ pub fn make_ctx(
     let rsa_id = keys.rsa_id();
     let ed_id = keys.ed_id();
     let ntor = keys.ntor_keys();
-    let (link, transport) = link_identity(keys)?;
+    let (link, transport) = link_identity(keys, now_unix())?;
     let exit_policy = cfg.exit_policy()?;
     let max_chans = cfg.max_channels;
     Ok(Arc::new(RelayCtx {
@@ -170,6 +179,7 @@ pub fn make_ctx(
         dir,
         started: std::time::Instant::now(),
         bound_or_port: std::sync::atomic::AtomicU16::new(0),
+        rotation: Mutex::new(()),
     }))
 }
 
@@ -246,6 +256,7 @@ async fn connect(
     ed: Option<[u8; 32]>,
     addr: SocketAddr,
 ) -> Result<RelayChanHandle, String> {
+    rotate::ensure_link_fresh(ctx);
     let (link_id, transport) = ctx.link();
     let (mut tls, info) = transport.connect(addr).await.map_err(|e| e.to_string())?;
     let digest = info
@@ -311,6 +322,7 @@ async fn connect(
 
 /// Handle one inbound TCP connection: TLS, responder handshake, reactor.
 async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr) {
+    rotate::ensure_link_fresh(&ctx);
     let (link_id, transport) = ctx.link();
     let (mut tls, _info) = match transport.accept(tcp).await {
         Ok(x) => x,

@@ -165,6 +165,25 @@ pub async fn publish_loop(ctx: Arc<RelayCtx>) {
         } else {
             Duration::from_secs(ctx.cfg.publish_interval_secs.max(60))
         };
-        tokio::time::sleep(every).await;
+        wait_for_next_publish(now_unix(), every).await;
+    }
+}
+
+/// Wait `every` from a publication at wall time `published`, or less if the
+/// wall clock says the descriptor has aged that much (the clock jumped
+/// forward, or back before the publication): authorities judge a
+/// descriptor's age by its `published` line, not by our monotonic timers.
+async fn wait_for_next_publish(published: u64, every: Duration) {
+    let deadline = tokio::time::Instant::now() + every;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(crate::clock::WALL_CLOCK_RECHECK)).await;
+        let w = now_unix();
+        if w >= published.saturating_add(every.as_secs()) || w.saturating_add(60) < published {
+            return;
+        }
     }
 }

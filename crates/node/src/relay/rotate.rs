@@ -1,9 +1,19 @@
-//! Key rotation while the relay runs: onion keys (ntor and TAP) every
-//! `onion_key_rotation_secs` with the previous ntor key still accepted for
-//! `onion_key_grace_secs` (tor's onion-key-rotation-days and grace period),
-//! and the Ed25519 signing key before its certificate expires. Each change
-//! is saved (0600), installed for new handshakes and channels, and the
-//! descriptor is republished at once.
+//! Key and certificate renewal while the relay runs, all driven by the
+//! node's one wall clock ([`crate::clock`]):
+//! - onion keys (ntor and TAP) every `onion_key_rotation_secs`, the previous
+//!   ntor key still accepted for `onion_key_grace_secs` (tor's
+//!   onion-key-rotation-days and grace period);
+//! - the Ed25519 signing key a day before its certificate expires;
+//! - the link-authentication key (CERTS type 6) three hours before its
+//!   certificate expires;
+//! - the TLS key and certificate with the type 5 link certificate every
+//!   [`LINK_IDENTITY_MAX_AGE_SECS`] and whenever one of the certificates it
+//!   presents comes within three hours of expiry (tor's link-key slop).
+//!
+//! The loop checks every [`CHECK_EVERY`]; a handshake that finds the link
+//! identity expired (after the wall clock jumped, say) renews it first
+//! ([`ensure_link_fresh`]). Key changes are saved (0600), installed for new
+//! handshakes and channels, and the descriptor is republished at once.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,7 +24,11 @@ use tracing::{info, warn};
 use super::RelayCtx;
 
 /// How often the schedule is checked.
-pub const CHECK_EVERY: Duration = Duration::from_secs(60);
+pub const CHECK_EVERY: Duration = Duration::from_secs(30);
+/// A TLS identity (key, certificate, link certificates) is replaced after
+/// this long even when nothing expires (tor rotates its TLS context every
+/// two hours).
+pub const LINK_IDENTITY_MAX_AGE_SECS: u64 = 2 * 3600;
 
 /// What a check did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -25,12 +39,33 @@ pub struct Rotated {
     pub dropped_previous: bool,
     /// New signing key.
     pub signing: bool,
+    /// New link-authentication key (CERTS type 6).
+    pub link_auth: bool,
+    /// New TLS identity and link certificates (without other key changes).
+    pub link: bool,
 }
 
 impl Rotated {
+    fn keys_changed(&self) -> bool {
+        self.onion || self.dropped_previous || self.signing || self.link_auth
+    }
     fn any(&self) -> bool {
+        self.keys_changed() || self.link
+    }
+    /// Whether the descriptor changes (it carries the onion keys and the
+    /// signing key's certificate).
+    pub fn needs_publish(&self) -> bool {
         self.onion || self.dropped_previous || self.signing
     }
+}
+
+/// Whether the TLS identity in use must be replaced at `now_unix`.
+pub fn link_due(link: &crate::glue::RelayLinkIdentity, now_unix: u64) -> bool {
+    use onionmix_crypto::keys::LINK_CERT_SLOP_SECS;
+    link.expires_unix() <= now_unix.saturating_add(LINK_CERT_SLOP_SECS)
+        || now_unix >= link.built_unix().saturating_add(LINK_IDENTITY_MAX_AGE_SECS)
+        // The clock went back: certificates dated in the future.
+        || link.built_unix() > now_unix.saturating_add(LINK_CERT_SLOP_SECS)
 }
 
 use crate::clock::now_unix;
@@ -63,34 +98,74 @@ pub fn rotate_if_due(ctx: &RelayCtx, onion_made: u64, now_unix: u64) -> Result<R
     if k.signing_key_needs_rotation(now_unix)
         .map_err(|e| e.to_string())?
     {
+        // Also re-certifies the link-authentication key.
         k.rotate_signing_key(&mut rng, now_unix)
             .map_err(|e| e.to_string())?;
         out.signing = true;
+    } else if k
+        .link_auth_needs_rotation(now_unix)
+        .map_err(|e| e.to_string())?
+    {
+        k.rotate_link_auth_key(&mut rng, now_unix);
+        out.link_auth = true;
     }
-    if out.any() {
+    if out.keys_changed() {
         k.save(&ctx.cfg.data_dir.join("keys"))
             .map_err(|e| e.to_string())?;
-        ctx.replace_keys(k)?;
+        ctx.replace_keys(k, now_unix)?;
+    } else if link_due(&ctx.link().0, now_unix) {
+        ctx.renew_link(now_unix)?;
+        out.link = true;
     }
     Ok(out)
 }
 
-/// Check the schedule every minute; republish after a change.
+/// Before a handshake: if what we would present has expired (or is about
+/// to within a minute: the clock jumped, or the loop has not run yet),
+/// renew it now. Cheap when nothing is due.
+pub fn ensure_link_fresh(ctx: &Arc<RelayCtx>) {
+    let now = now_unix();
+    if ctx.link().0.expires_unix() > now.saturating_add(60) {
+        return;
+    }
+    check_now(ctx, now);
+}
+
+/// One check under the rotation lock; republishes in the background when
+/// the descriptor changed.
+fn check_now(ctx: &Arc<RelayCtx>, now: u64) {
+    let r = {
+        let _g = ctx.rotation.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = ctx.cfg.data_dir.join("keys");
+        rotate_if_due(ctx, onion_key_time(&dir), now)
+    };
+    match r {
+        Ok(r) if r.any() => {
+            info!(
+                "renewed keys (onion: {}, previous ntor dropped: {}, signing: {}, link auth: {}, TLS identity: {})",
+                r.onion,
+                r.dropped_previous,
+                r.signing,
+                r.link_auth,
+                r.link || r.keys_changed()
+            );
+            if r.needs_publish() {
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    super::publish::publish_once(&ctx).await;
+                });
+            }
+        }
+        Ok(_) => {}
+        Err(e) => warn!("key renewal failed: {e}"),
+    }
+}
+
+/// Check the schedule every [`CHECK_EVERY`]; republish after a change.
 pub async fn rotation_loop(ctx: Arc<RelayCtx>) {
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
-        let dir = ctx.cfg.data_dir.join("keys");
-        match rotate_if_due(&ctx, onion_key_time(&dir), now_unix()) {
-            Ok(r) if r.any() => {
-                info!(
-                    "rotated keys (onion: {}, previous ntor dropped: {}, signing: {})",
-                    r.onion, r.dropped_previous, r.signing
-                );
-                super::publish::publish_once(&ctx).await;
-            }
-            Ok(_) => {}
-            Err(e) => warn!("key rotation failed: {e}"),
-        }
+        check_now(&ctx, now_unix());
     }
 }
 
@@ -143,5 +218,62 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// The wall clock jumps 3, 10 and 40 days: every certificate the relay
+    /// presents is renewed and valid at the new time.
+    #[test]
+    fn certificates_are_renewed_across_clock_jumps() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = super::super::config::RelayConfig::parse(&format!(
+            "data_dir = {:?}\nnickname = \"r\"\nor_listen = \"127.0.0.1:0\"\n",
+            tmp.path().display().to_string()
+        ))
+        .unwrap();
+        let keys = super::super::load_or_generate_keys(tmp.path()).unwrap();
+        let ctx = super::super::make_ctx(cfg, keys, None).unwrap();
+        let t0 = now_unix();
+        // Nothing is due at first.
+        assert_eq!(
+            rotate_if_due(&ctx, t0, t0 + 60).unwrap(),
+            Rotated::default()
+        );
+        // Two hours on: a new TLS identity, nothing else.
+        let before = ctx.link().0.built_unix();
+        let r = rotate_if_due(&ctx, t0, t0 + LINK_IDENTITY_MAX_AGE_SECS).unwrap();
+        assert!(r.link && !r.keys_changed(), "{r:?}");
+        assert!(ctx.link().0.built_unix() > before);
+        let mut onion_made = t0;
+        for days in [3u64, 10, 40] {
+            let now = t0 + days * 86_400;
+            assert!(
+                link_due(&ctx.link().0, now),
+                "+{days}d: the old identity must be due"
+            );
+            let r = rotate_if_due(&ctx, onion_made, now).unwrap();
+            if r.onion {
+                onion_made = now;
+            }
+            let k = ctx.keys();
+            let link = ctx.link().0;
+            // The link identity's first expiry covers the link and
+            // authentication certificates and the signing certificate.
+            assert!(
+                link.expires_unix() > now + 3600,
+                "+{days}d: link identity expires {} <= now {now}",
+                link.expires_unix()
+            );
+            assert!(!k.link_auth_needs_rotation(now).unwrap(), "+{days}d");
+            assert!(!k.signing_key_needs_rotation(now).unwrap(), "+{days}d");
+            assert!(!link_due(&link, now), "+{days}d");
+            if days == 40 {
+                assert!(r.signing && r.onion, "+40d: {r:?}");
+            } else {
+                assert!(r.link_auth && !r.signing, "+{days}d: {r:?}");
+            }
+            // What was renewed is on disk too.
+            let reloaded = super::super::load_or_generate_keys(tmp.path()).unwrap();
+            assert!(!reloaded.link_auth_needs_rotation(now).unwrap());
+        }
     }
 }
