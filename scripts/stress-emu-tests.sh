@@ -14,12 +14,16 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["executable"])')
 [ -n "$bins" ] || { echo "no test binaries built"; exit 1; }
+# Copy the binaries so a rebuild during the run does not change what runs.
+stash=$(mktemp -d /tmp/stress-emu-bins.XXXXXX)
+for b in $bins; do cp "$b" "$stash/"; done
+bins=$(ls "$stash"/*)
 hogs=()
 for _ in $(seq "$(nproc)"); do
   ( while :; do :; done ) &
   hogs+=($!)
 done
-trap 'kill "${hogs[@]}" 2>/dev/null || true' EXIT
+trap 'kill "${hogs[@]}" 2>/dev/null || true; rm -rf "$stash"' EXIT
 echo "CPU hogs: ${hogs[*]} on $(nproc) cores"
 pass=0
 for i in $(seq "$n"); do

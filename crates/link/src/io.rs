@@ -27,6 +27,12 @@ const READ_QUEUE: usize = 32;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// A write that makes no progress for this long kills the channel.
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Read buffer growth step.
+const READ_CHUNK: usize = 32 * 1024;
+/// An empty read buffer larger than this is released.
+const READ_BUF_KEEP: usize = 64 * 1024;
+/// Bytes gathered into one write at most (more if one chunk is larger).
+const WRITE_COALESCE: usize = 256 * 1024;
 /// Default high-water mark for a channel's outbound queue.
 pub const DEFAULT_HIGH_WATER: usize = 2 * 1024 * 1024;
 
@@ -135,8 +141,12 @@ where
                 }
                 continue;
             }
-            if buf.capacity() - buf.len() < 16 * 1024 {
-                buf.reserve(64 * 1024);
+            if buf.is_empty() && buf.capacity() > READ_BUF_KEEP {
+                // A burst grew the buffer: give the memory back while idle.
+                buf = BytesMut::new();
+            }
+            if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+                buf.reserve(READ_CHUNK);
             }
             match tokio::time::timeout(IDLE_TIMEOUT, rd.read_buf(&mut buf)).await {
                 Ok(Ok(0)) => {
@@ -158,14 +168,13 @@ where
 
     let w = writer.clone();
     tokio::spawn(async move {
-        let mut pending = BytesMut::with_capacity(256 * 1024);
         loop {
-            let Some(first) = out_rx.recv().await else {
+            let Some(mut pending) = out_rx.recv().await else {
                 break;
             };
-            pending.extend_from_slice(&first);
-            // Coalesce everything already queued into one write.
-            while pending.len() < 256 * 1024 {
+            // Coalesce everything already queued into one write. The buffer
+            // lives only for this write, so an idle channel holds none.
+            while pending.len() < WRITE_COALESCE {
                 match out_rx.try_recv() {
                     Ok(more) => pending.extend_from_slice(&more),
                     Err(_) => break,
@@ -177,7 +186,7 @@ where
                 wr.flush().await
             })
             .await;
-            pending.clear();
+            drop(pending);
             w.queued.fetch_sub(n, Ordering::Relaxed);
             w.drained.notify_waiters();
             if !matches!(res, Ok(Ok(()))) {

@@ -244,8 +244,29 @@ impl TlsTransport {
 
     /// Open a TCP connection and run the TLS handshake as a client.
     pub async fn connect(&self, addr: SocketAddr) -> Result<(TlsStream, TlsInfo), LinkError> {
+        self.connect_from(None, addr).await
+    }
+
+    /// [`connect`](Self::connect) from the local address `local` (any port)
+    /// when given.
+    pub async fn connect_from(
+        &self,
+        local: Option<std::net::IpAddr>,
+        addr: SocketAddr,
+    ) -> Result<(TlsStream, TlsInfo), LinkError> {
         let fut = async {
-            let tcp = TcpStream::connect(addr).await?;
+            let tcp = match local {
+                None => TcpStream::connect(addr).await?,
+                Some(ip) => {
+                    let sock = if addr.is_ipv4() {
+                        tokio::net::TcpSocket::new_v4()?
+                    } else {
+                        tokio::net::TcpSocket::new_v6()?
+                    };
+                    sock.bind(SocketAddr::new(ip, 0))?;
+                    sock.connect(addr).await?
+                }
+            };
             tcp.set_nodelay(true)?;
             // Tor does not check SNI; send a plausible one.
             let name = ServerName::try_from("www.onionmix.invalid")

@@ -2,9 +2,11 @@
 //! sans-IO machines in `onionmix-proto`, own timers and persistence, and
 //! nothing else.
 
+pub mod admission;
 pub mod authority;
 pub mod client;
 pub mod clock;
 pub mod glue;
+pub mod memory;
 pub mod reactor;
 pub mod relay;

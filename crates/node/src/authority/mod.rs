@@ -42,6 +42,7 @@ use onionmix_netdoc::vote::{
 };
 use onionmix_proto::exitpolicy::ExitPolicy;
 
+use crate::admission::{Admission, AdmissionConfig, KnownAddrs};
 use crate::client::config::AuthorityEntry;
 use crate::relay::RelayCtx;
 use crate::relay::config::RelayConfig;
@@ -90,6 +91,10 @@ pub struct AuthorityConfig {
     /// Most relays tracked.
     #[serde(default = "default_max_relays")]
     pub max_relays: usize,
+    /// DirPort connections open at once (a quarter kept for other
+    /// authorities and reachable relays; 8 at once per other address).
+    #[serde(default = "default_dirport_conns")]
+    pub dirport_max_conns: usize,
     /// Every authority of the network, this one included.
     #[serde(rename = "authority", default)]
     pub authorities: Vec<AuthorityEntry>,
@@ -109,6 +114,9 @@ fn default_delay() -> u64 {
 }
 fn default_reach() -> u64 {
     60
+}
+fn default_dirport_conns() -> usize {
+    1024
 }
 fn default_max_relays() -> usize {
     8192
@@ -232,6 +240,11 @@ pub struct Authority {
     peers: Vec<([u8; 20], [u8; 20], SocketAddr)>,
     state: Mutex<State>,
     relay: OnceLock<Arc<RelayCtx>>,
+    /// Who may connect to the DirPort.
+    dir_admission: Arc<Admission>,
+    /// Addresses of the other authorities and of relays that passed a
+    /// reachability test: they may use the DirPort's reserved slots.
+    dir_known: KnownAddrs,
 }
 
 fn hex20(s: &str) -> Option<[u8; 20]> {
@@ -312,6 +325,13 @@ impl Authority {
                 hex::encode_upper(v3ident)
             ));
         }
+        let fixed = cfg
+            .authorities
+            .iter()
+            .flat_map(|a| [a.dir_addr.ip(), a.or_addr.ip()])
+            .collect();
+        let dir_known = KnownAddrs::new(fixed, cfg.max_relays.saturating_mul(2));
+        let dir_admission = Admission::new(AdmissionConfig::dirport(cfg.dirport_max_conns));
         let me = Arc::new(Authority {
             cfg,
             v3ident,
@@ -319,6 +339,8 @@ impl Authority {
             state: Mutex::new(State::default()),
             relay: OnceLock::new(),
             keys,
+            dir_admission,
+            dir_known,
         });
         {
             let cert = AuthCertificate::parse(&me.keys.certificate, crate::clock::now())
@@ -488,6 +510,8 @@ impl Authority {
         if let Some(s) = st.descs.get_mut(&id) {
             if ok {
                 s.reachable_at = Some(Instant::now());
+                self.dir_known
+                    .learn(IpAddr::V4(s.desc.address), Instant::now());
             } else {
                 debug!(
                     "reachability test of {} failed",
@@ -1050,9 +1074,8 @@ impl DirServer for AuthDir {
 }
 
 async fn serve_dirport(auth: Arc<Authority>, listener: TcpListener) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(256));
     loop {
-        let (sock, _) = match listener.accept().await {
+        let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 warn!("DirPort accept failed: {e}");
@@ -1060,8 +1083,13 @@ async fn serve_dirport(auth: Arc<Authority>, listener: TcpListener) {
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            continue;
+        let known = auth.dir_known.contains(peer.ip());
+        let permit = match auth.dir_admission.admit(peer.ip(), known, Instant::now()) {
+            Ok(p) => p,
+            Err(why) => {
+                debug!("refused a DirPort connection: {why}");
+                continue;
+            }
         };
         let auth = auth.clone();
         tokio::spawn(async move {

@@ -63,6 +63,18 @@ pub struct RelayConfig {
     /// Most open connections (channels).
     #[serde(default = "default_max_chans")]
     pub max_channels: usize,
+    /// Seconds a channel from a client (a peer that did not authenticate
+    /// as a relay) may stay open without circuits; each channel waits
+    /// this long plus up to half again, chosen at random (tor: 3-4.5 min).
+    #[serde(default = "default_idle_client")]
+    pub idle_client_channel_secs: u64,
+    /// The same for channels to and from relays (tor: about an hour).
+    #[serde(default = "default_idle_relay")]
+    pub idle_relay_channel_secs: u64,
+    /// Connections open at once from one address that is not a known relay
+    /// or authority (tor's DoSConnectionMaxConcurrentCount).
+    #[serde(default = "default_conns_per_addr")]
+    pub max_conns_per_addr: usize,
     /// Worker threads (0: one per core).
     #[serde(default)]
     pub threads: usize,
@@ -103,6 +115,15 @@ fn default_max_circs() -> usize {
 }
 fn default_max_chans() -> usize {
     4096
+}
+fn default_idle_client() -> u64 {
+    180
+}
+fn default_idle_relay() -> u64 {
+    3600
+}
+fn default_conns_per_addr() -> usize {
+    100
 }
 fn default_onion_rotation() -> u64 {
     28 * 86400

@@ -6,6 +6,7 @@ pub mod dircache;
 pub mod dns;
 pub mod exit;
 pub mod extend;
+pub mod idle;
 pub mod publish;
 pub mod reactor;
 pub mod rotate;
@@ -28,6 +29,7 @@ use onionmix_link::{TlsTransport, spawn_channel_io};
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandshake};
 use onionmix_proto::exitpolicy::ExitPolicy;
 
+use crate::admission::{Admission, AdmissionConfig, KnownAddrs, Permit};
 use crate::glue::{RelayInitiatorAuth, RelayLinkIdentity, responder_verifier};
 use config::RelayConfig;
 use exit::DirServer;
@@ -35,6 +37,8 @@ use reactor::{RelayChanHandle, spawn_relay_reactor};
 
 /// Time allowed for an inbound or outbound link handshake.
 pub const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Relay addresses remembered as known peers at most.
+pub const MAX_KNOWN_ADDRS: usize = 16_384;
 /// Lifetime of our TLS link certificate.
 pub const TLS_CERT_LIFETIME: u64 = 7 * 24 * 3600;
 
@@ -84,6 +88,11 @@ pub struct RelayCtx {
     /// Held while keys or the link identity are being renewed, so the
     /// rotation loop and a handshake that finds them expired never both do.
     pub(crate) rotation: Mutex<()>,
+    /// Who may open a connection to the ORPort.
+    pub admission: Arc<Admission>,
+    /// Addresses of authorities and of relays that proved their identity
+    /// (they skip per-address limits and may use reserved slots).
+    pub known: KnownAddrs,
 }
 
 impl RelayCtx {
@@ -167,6 +176,12 @@ pub fn make_ctx(
     let (link, transport) = link_identity(keys, now_unix())?;
     let exit_policy = cfg.exit_policy()?;
     let max_chans = cfg.max_channels;
+    let admission = Admission::new(AdmissionConfig {
+        max_per_addr: cfg.max_conns_per_addr,
+        ..AdmissionConfig::orport(max_chans)
+    });
+    let fixed = cfg.authorities.iter().map(|a| a.or_addr.ip()).collect();
+    let known = KnownAddrs::new(fixed, MAX_KNOWN_ADDRS);
     Ok(Arc::new(RelayCtx {
         cfg,
         rsa_id,
@@ -180,6 +195,8 @@ pub fn make_ctx(
         started: std::time::Instant::now(),
         bound_or_port: std::sync::atomic::AtomicU16::new(0),
         rotation: Mutex::new(()),
+        admission,
+        known,
     }))
 }
 
@@ -311,28 +328,29 @@ async fn connect(
         .await
         .map_err(|_| "link handshake timed out".to_string())??;
     let io = spawn_channel_io(tls, est.codec.clone(), leftover);
+    ctx.known.learn(addr.ip(), std::time::Instant::now());
     Ok(spawn_relay_reactor(
         ctx.clone(),
         io,
         est.codec,
         Some(est.peer),
         true,
+        None,
     ))
 }
 
 /// Handle one inbound TCP connection: TLS, responder handshake, reactor.
-async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr) {
+/// `permit` is the connection's admission slot, held for its whole life.
+async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit: Permit) {
     rotate::ensure_link_fresh(&ctx);
     let (link_id, transport) = ctx.link();
-    let (mut tls, _info) = match transport.accept(tcp).await {
-        Ok(x) => x,
-        Err(e) => {
-            debug!("TLS accept failed: {e}");
-            return;
-        }
-    };
     let my_addrs = vec![ctx.cfg.advertised_ip()];
+    // One deadline for TLS and the link handshake together.
     let fut = async {
+        let (mut tls, _info) = transport
+            .accept(tcp)
+            .await
+            .map_err(|e| format!("TLS accept failed: {e}"))?;
         let mut hs =
             ResponderHandshake::new(link_id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
         let mut input = BytesMut::with_capacity(16 * 1024);
@@ -357,11 +375,11 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr) {
                 out.clear();
             }
             if let Some(acc) = done {
-                return Ok((acc, input));
+                return Ok((acc, input, tls));
             }
         }
     };
-    let (acc, leftover) = match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
+    let (acc, leftover, tls) = match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
             debug!("inbound link handshake failed: {e}");
@@ -374,7 +392,10 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr) {
     };
     let io = spawn_channel_io(tls, acc.codec.clone(), leftover);
     let peer_id = acc.peer.clone();
-    let h = spawn_relay_reactor(ctx.clone(), io, acc.codec, acc.peer, false);
+    if peer_id.is_some() {
+        ctx.known.learn(peer.ip(), std::time::Instant::now());
+    }
+    let h = spawn_relay_reactor(ctx.clone(), io, acc.codec, acc.peer, false, Some(permit));
     if let Some(p) = peer_id {
         ctx.channels.register(p.rsa_id, h);
     }
@@ -385,11 +406,21 @@ pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((tcp, peer)) => {
-                if ctx.stats.channels.load(Ordering::Relaxed) >= ctx.cfg.max_channels {
-                    warn!("channel limit reached; refusing a connection");
-                    continue;
+                let known = ctx.known.contains(peer.ip());
+                match ctx
+                    .admission
+                    .admit(peer.ip(), known, std::time::Instant::now())
+                {
+                    Ok(permit) => {
+                        tokio::spawn(accept_one(ctx.clone(), tcp, peer, permit));
+                    }
+                    Err(why) => {
+                        // Dropping the socket closes it at once; the
+                        // address is not logged (it may be a client's).
+                        debug!("refused an ORPort connection: {why}");
+                        drop(tcp);
+                    }
                 }
-                tokio::spawn(accept_one(ctx.clone(), tcp, peer));
             }
             Err(e) => {
                 warn!("accept failed: {e}");
@@ -457,6 +488,10 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
     );
     tokio::spawn(publish::publish_loop(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
+    let load = ctx.clone();
+    tokio::spawn(crate::memory::trim_loop(move || {
+        load.stats.channels.load(Ordering::Relaxed) + load.stats.circuits.load(Ordering::Relaxed)
+    }));
     crate::client::wait_for_shutdown().await;
     info!("shutting down");
     Ok(())

@@ -34,9 +34,15 @@ use onionmix_proto::relay_circ::{Inbound, RelayCircuit};
 
 use super::RelayCtx;
 use super::exit;
+use super::idle::{idle_timeout_for, sleep_until_opt};
 
 /// Depth of a reactor's command queue.
 const CMD_QUEUE: usize = 4096;
+/// How long a reactor waits for a full channel (its own or a forwarding
+/// destination) to drain before giving up on it. Every circuit of this
+/// channel waits meanwhile, so a destination that stays full this long is
+/// closed rather than stalling them all.
+pub const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The part of a circuit shared by its two reactors and its exit streams.
 pub struct Shared {
@@ -212,6 +218,10 @@ struct Reactor {
     create_tokens: f64,
     last_refill: Instant,
     initiated: bool,
+    /// The channel's admission slot (inbound channels), released on close.
+    _permit: Option<crate::admission::Permit>,
+    /// How long the channel may stay open without circuits.
+    idle_timeout: std::time::Duration,
 }
 
 /// Start a reactor for an established relay channel.
@@ -221,6 +231,7 @@ pub fn spawn_relay_reactor(
     codec: CellCodec,
     peer: Option<ProvenIds>,
     initiated: bool,
+    permit: Option<crate::admission::Permit>,
 ) -> RelayChanHandle {
     let (tx, rx) = mpsc::channel(CMD_QUEUE);
     let handle = RelayChanHandle {
@@ -232,17 +243,24 @@ pub fn spawn_relay_reactor(
         n_circuits: Arc::new(AtomicUsize::new(0)),
     };
     let burst = (ctx.cfg.create_rate_per_channel as f64 * 2.0).max(1.0);
+    let idle_timeout = idle_timeout_for(
+        &ctx.cfg,
+        peer.is_some() || initiated,
+        &mut rand::thread_rng(),
+    );
     let reactor = Reactor {
         ctx,
         me: handle.clone(),
         io_rx: io.rx,
         origins: HashMap::new(),
         nexts: HashMap::new(),
-        out: BytesMut::with_capacity(64 * 1024),
+        out: BytesMut::new(),
         fwd: Vec::new(),
         create_tokens: burst,
         last_refill: Instant::now(),
         initiated,
+        _permit: permit,
+        idle_timeout,
     };
     tokio::spawn(reactor.run(rx));
     handle
@@ -252,8 +270,13 @@ impl Reactor {
     async fn run(mut self, mut rx: mpsc::Receiver<RCmd>) {
         let ctx = self.ctx.clone();
         ctx.stats.channels.fetch_add(1, Ordering::Relaxed);
+        let mut idle_since = Some(tokio::time::Instant::now());
         let why = loop {
+            let idle_deadline = idle_since.map(|t| t + self.idle_timeout);
             tokio::select! {
+                _ = sleep_until_opt(idle_deadline) => {
+                    break "idle without circuits".to_string();
+                }
                 batch = self.io_rx.recv() => match batch {
                     Some(Ok(cells)) => {
                         for cell in cells {
@@ -283,13 +306,30 @@ impl Reactor {
             // Backpressure: don't take more input while a destination is
             // saturated.
             let hw = onionmix_link::io::DEFAULT_HIGH_WATER;
-            if self.me.writer.queued_bytes() >= hw {
-                self.me.writer.wait_below(hw).await;
+            if self.me.writer.queued_bytes() >= hw
+                && tokio::time::timeout(DRAIN_WAIT, self.me.writer.wait_below(hw))
+                    .await
+                    .is_err()
+            {
+                break "peer stopped reading".into();
             }
             for (w, _) in std::mem::take(&mut self.fwd) {
-                if w.queued_bytes() >= hw {
-                    w.wait_below(hw).await;
+                if w.queued_bytes() >= hw
+                    && tokio::time::timeout(DRAIN_WAIT, w.wait_below(hw))
+                        .await
+                        .is_err()
+                {
+                    // That channel's reactor sees its writer closed and
+                    // tears its circuits down (DESTROY back to us).
+                    debug!("closing a forwarding destination that stayed full");
+                    w.close();
                 }
+            }
+            let busy = !self.origins.is_empty() || !self.nexts.is_empty();
+            match (busy, idle_since) {
+                (true, _) => idle_since = None,
+                (false, None) => idle_since = Some(tokio::time::Instant::now()),
+                (false, Some(_)) => {}
             }
         };
         debug!("relay channel closed: {why}");
