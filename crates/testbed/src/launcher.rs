@@ -597,7 +597,12 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             c.env("LD_PRELOAD", lib)
                 .env("FAKETIME_TIMESTAMP_FILE", file)
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-                .env("FAKETIME_CACHE_DURATION", "1");
+                .env("FAKETIME_CACHE_DURATION", "1")
+                // libfaketime 0.9.10 otherwise rewrites the deadline of
+                // pthread_cond_timedwait on a monotonic condition variable
+                // and stock tor's worker-thread start-up times out at once
+                // ("Can't create worker thread pool").
+                .env("FAKETIME_FORCE_MONOTONIC_FIX", "0");
         }
         c
     };
