@@ -11,6 +11,10 @@
 //! a verified 1 MiB download, the stock tor client building new links to
 //! our relays with their renewed certificates.
 //!
+//! A stock relay still missing 90 s after a jump gets SIGHUP (stock tor
+//! then rebuilds and uploads its descriptor); onionmix relays must recover
+//! on their own.
+//!
 //! Stock tor authorities are not used here: after a jump past their 45-min
 //! reachability window they re-test one relay in 128 every 10 s, so every
 //! relay is Running again only after about 21 minutes (docs/reliability.md).
@@ -116,21 +120,48 @@ fn network_survives_clock_jumps_of_3_10_and_40_days() {
         let faked_now = now_unix() + (days * 86400) as f64;
         // A consensus voted after the jump that lists every relay Running.
         let mut last = None;
+        let mut nudged = Vec::new();
+        let mut last_nudge = Instant::now();
         loop {
             if let Some((va, running)) = consensus(auth) {
-                let missing: Vec<&String> =
-                    relays.iter().filter(|r| !running.contains(r)).collect();
+                let missing: Vec<String> = relays
+                    .iter()
+                    .filter(|r| !running.contains(r))
+                    .cloned()
+                    .collect();
                 if va >= faked_now - 60.0 && missing.is_empty() {
                     break;
                 }
-                last = Some((va - faked_now, missing.len()));
+                // A stock relay that has not republished 90 s after the jump
+                // (seen once in CI at +10 days: tor had not re-uploaded its
+                // 10-day-old descriptor after 10 minutes; it usually does
+                // within 2) gets SIGHUP, which makes tor rebuild and upload
+                // its descriptor, as the launcher does at start-up. Our
+                // relays are never nudged.
+                if va >= faked_now - 60.0
+                    && jumped.elapsed() > Duration::from_secs(90)
+                    && last_nudge.elapsed() > Duration::from_secs(60)
+                {
+                    for n in info.nodes.iter().filter(|n| {
+                        n.implementation == Implementation::Tor && missing.contains(&n.name)
+                    }) {
+                        onionmix_testbed::proc::reload(n.pid, n.start_time);
+                        nudged.push(n.name.clone());
+                    }
+                    last_nudge = Instant::now();
+                }
+                last = Some((va - faked_now, missing));
             }
             assert!(
                 jumped.elapsed() < RECOVERY,
                 "+{days} days: no consensus after the jump listing every relay Running \
-                 (last: valid-after minus jump time, relays missing: {last:?})"
+                 (last: valid-after minus jump time, relays missing: {last:?}; \
+                 stock relays sent SIGHUP: {nudged:?})"
             );
             std::thread::sleep(Duration::from_secs(5));
+        }
+        if !nudged.is_empty() {
+            eprintln!("+{days} days: stock relays sent SIGHUP to republish: {nudged:?}");
         }
         let consensus_after = jumped.elapsed();
         // Both clients carry a verified download.
