@@ -9,7 +9,7 @@
 
 use curve25519_dalek::montgomery::MontgomeryPoint;
 use ed25519_dalek::hazmat::{ExpandedSecretKey, raw_sign};
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, VerifyingKey};
 use rand_core::CryptoRngCore;
 use sha2::{Digest, Sha512};
 use zeroize::Zeroizing;
@@ -93,12 +93,15 @@ fn clamp(b: &mut [u8; 64]) {
     b[31] |= 64;
 }
 
-/// Verify an Ed25519 signature made by `public` over `msg`.
+/// Verify an Ed25519 signature made by `public` over `msg`, strictly: a
+/// small-order (weak) public key or `R`, or a non-canonical `S`, is
+/// refused, so no signature verifies for more than one message under a
+/// key a peer chose to be weak. Honest signatures always pass.
 pub fn verify(public: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> bool {
     let Ok(vk) = VerifyingKey::from_bytes(public) else {
         return false;
     };
-    vk.verify(msg, &Signature::from_bytes(sig)).is_ok()
+    vk.verify_strict(msg, &Signature::from_bytes(sig)).is_ok()
 }
 
 /// Clamp a curve25519 secret key the way tor does before storing it.
@@ -140,6 +143,25 @@ pub fn ed25519_from_curve25519_public(curve_pk: &[u8; 32], signbit: u8) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The identity point as public key, R = identity and S = 0 satisfy
+    /// the cofactorless equation for every message; a lenient verifier
+    /// accepts it, ours must not.
+    #[test]
+    fn weak_keys_verify_nothing() {
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let mut sig = [0u8; 64];
+        sig[..32].copy_from_slice(&identity);
+        let vk = VerifyingKey::from_bytes(&identity).unwrap();
+        use ed25519_dalek::Verifier as _;
+        assert!(
+            vk.verify(b"anything", &Signature::from_bytes(&sig)).is_ok(),
+            "the lenient check accepts it (the test is meaningful)"
+        );
+        assert!(!verify(&identity, b"anything", &sig));
+        assert!(!verify(&identity, b"something else", &sig));
+    }
 
     /// RFC 8032 section 7.1, TEST 1 and TEST 2.
     #[test]

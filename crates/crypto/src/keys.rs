@@ -105,20 +105,7 @@ fn bad(path: &Path, what: impl Into<String>) -> KeyError {
 /// Write `data` to `path` with mode 0600, replacing any existing file
 /// atomically (write to a temporary file, then rename).
 pub fn write_private_file(path: &Path, data: &[u8]) -> Result<(), KeyError> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp-onionmix");
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(data).map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+    onionmix_fsutil::write_private_atomic(path, data).map_err(|e| io_err(path, e))
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), KeyError> {

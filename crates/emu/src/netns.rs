@@ -298,11 +298,9 @@ fn write_record(registry: &Path, rec: &RunRecord) -> Result<(), EmuError> {
     std::fs::create_dir_all(registry)
         .map_err(io_err(format!("creating {}", registry.display())))?;
     let p = record_path(registry, &rec.run_id);
-    let tmp = p.with_extension("json.tmp");
     let body = serde_json::to_vec_pretty(rec)
         .map_err(|e| EmuError::Emulator(format!("encoding run record: {e}")))?;
-    std::fs::write(&tmp, body).map_err(io_err(format!("writing {}", tmp.display())))?;
-    std::fs::rename(&tmp, &p).map_err(io_err(format!("renaming {}", p.display())))?;
+    onionmix_fsutil::write_atomic(&p, body).map_err(io_err(format!("writing {}", p.display())))?;
     Ok(())
 }
 

@@ -168,11 +168,9 @@ pub fn read_status(state_dir: &Path) -> Result<StatusSnapshot, EmuError> {
 }
 
 fn write_json_atomic<T: Serialize>(path: &Path, v: &T) -> Result<(), EmuError> {
-    let tmp = path.with_extension("json.tmp");
     let body =
         serde_json::to_vec_pretty(v).map_err(|e| EmuError::Emulator(format!("encoding: {e}")))?;
-    std::fs::write(&tmp, body).map_err(io_err(format!("writing {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(io_err(format!("renaming {}", path.display())))
+    onionmix_fsutil::write_atomic(path, body).map_err(io_err(format!("writing {}", path.display())))
 }
 
 /// Run the emulator in this process until SIGTERM/SIGINT/SIGHUP.

@@ -112,11 +112,10 @@ impl StatusSnapshot {
 
     /// Write atomically (temp file + rename).
     pub fn write_atomic(&self, path: &Path) -> Result<(), EmuError> {
-        let tmp = path.with_extension("json.tmp");
         let body = serde_json::to_vec_pretty(self)
             .map_err(|e| EmuError::Emulator(format!("encoding status: {e}")))?;
-        std::fs::write(&tmp, body).map_err(io_err(format!("writing {}", tmp.display())))?;
-        std::fs::rename(&tmp, path).map_err(io_err(format!("renaming to {}", path.display())))
+        onionmix_fsutil::write_atomic(path, body)
+            .map_err(io_err(format!("writing {}", path.display())))
     }
 
     pub fn read(path: &Path) -> Result<Self, EmuError> {

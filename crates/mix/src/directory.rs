@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine;
-use ed25519_dalek::{Signer, Verifier};
+use ed25519_dalek::Signer;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -395,7 +395,7 @@ impl Directory {
         let body = base64::engine::general_purpose::STANDARD
             .decode(&env.signed)
             .map_err(|_| DirectoryError::BadSignature)?;
-        vk.verify(&body, &ed25519_dalek::Signature::from_bytes(&sb))
+        vk.verify_strict(&body, &ed25519_dalek::Signature::from_bytes(&sb))
             .map_err(|_| DirectoryError::BadSignature)?;
         Directory::from_doc(serde_json::from_slice(&body)?)
     }

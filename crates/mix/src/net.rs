@@ -55,11 +55,8 @@ pub fn load_key(cfg: &NodeConfig) -> Result<SecretKey, NetError> {
 
 /// Writes `stats` atomically as JSON.
 pub fn write_stats(path: &Path, stats: &Stats) {
-    let tmp = path.with_extension("json.tmp");
-    if let Ok(text) = serde_json::to_vec_pretty(stats)
-        && std::fs::write(&tmp, text).is_ok()
-    {
-        let _ = std::fs::rename(&tmp, path);
+    if let Ok(text) = serde_json::to_vec_pretty(stats) {
+        let _ = onionmix_fsutil::write_atomic(path, text);
     }
 }
 
@@ -245,14 +242,12 @@ pub fn write_outbox(outbox: &Path, recipient: &str, msg: &[u8]) -> Result<PathBu
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let name = format!("{ts:032}-{}.msg", hex::encode(rnd));
-    let tmp = outbox.join(format!(".{name}.tmp"));
     let mut content = Vec::with_capacity(recipient.len() + 1 + msg.len());
     content.extend_from_slice(recipient.as_bytes());
     content.push(b'\n');
     content.extend_from_slice(msg);
-    std::fs::write(&tmp, content)?;
     let dst = outbox.join(name);
-    std::fs::rename(&tmp, &dst)?;
+    onionmix_fsutil::write_atomic(&dst, content)?;
     Ok(dst)
 }
 

@@ -274,6 +274,45 @@ impl AuthCertificate {
     }
 }
 
+/// Most certificates kept per authority identity (its current signing
+/// key, the next one, and a little history).
+pub const MAX_CERTS_PER_AUTHORITY: usize = 4;
+
+/// Merge freshly fetched certificates into a client's store: only
+/// configured authorities' certificates, valid at `now`, one per (identity,
+/// signing key) (a refetched one replaces the old copy), at most
+/// [`MAX_CERTS_PER_AUTHORITY`] per authority and `max` in all. When a limit
+/// is reached the certificates published earliest go first, so a newly
+/// rotated signing key always finds room.
+pub fn merge_certificates(
+    store: &mut Vec<AuthCertificate>,
+    fetched: impl IntoIterator<Item = AuthCertificate>,
+    authorities: &[AuthorityConfig],
+    now: SystemTime,
+    max: usize,
+) {
+    for c in fetched {
+        if !authorities.iter().any(|a| a.v3ident == c.id_fingerprint) {
+            continue;
+        }
+        store.retain(|o| {
+            o.id_fingerprint != c.id_fingerprint
+                || o.signing_key_fingerprint != c.signing_key_fingerprint
+        });
+        store.push(c);
+    }
+    store.retain(|c| c.check_time(now).is_ok());
+    // Newest first; then keep the first MAX per authority and `max` overall.
+    store.sort_by_key(|c| std::cmp::Reverse(c.published));
+    let mut per: std::collections::HashMap<[u8; 20], usize> = std::collections::HashMap::new();
+    store.retain(|c| {
+        let n = per.entry(c.id_fingerprint).or_insert(0);
+        *n += 1;
+        *n <= MAX_CERTS_PER_AUTHORITY
+    });
+    store.truncate(max);
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -307,5 +346,91 @@ mod tests {
         let json = serde_json::to_string(&a).unwrap();
         let back: AuthorityConfig = serde_json::from_str(&json).unwrap();
         assert_eq!(a, back);
+    }
+
+    #[test]
+    fn certificate_store_keeps_the_newest_of_configured_authorities() {
+        use onionmix_crypto::keys::key_certificate;
+        use onionmix_crypto::rsa_id::RsaKeypair;
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
+        let now_unix = 1_800_000_000u64;
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_unix);
+        let ids: Vec<RsaKeypair> = (0..3)
+            .map(|_| RsaKeypair::generate(&mut rng, 1024).unwrap())
+            .collect();
+        let auths: Vec<AuthorityConfig> = ids[..2]
+            .iter()
+            .map(|k| AuthorityConfig::new("a", k.public().fingerprint()))
+            .collect();
+        let signing: Vec<RsaKeypair> = (0..6)
+            .map(|_| RsaKeypair::generate(&mut rng, 1024).unwrap())
+            .collect();
+        let cert = |id: &RsaKeypair, sk: &RsaKeypair, published: u64, expires: u64| {
+            AuthCertificate::parse(
+                &key_certificate(id, sk, published, expires, None).unwrap(),
+                SystemTime::UNIX_EPOCH + Duration::from_secs(published),
+            )
+            .unwrap()
+        };
+        let year = 365 * 86400;
+        let mut store = Vec::new();
+        // Authority 0 rotates its signing key six times, an hour apart.
+        let a0: Vec<AuthCertificate> = (0..6u64)
+            .map(|i| {
+                cert(
+                    &ids[0],
+                    &signing[i as usize],
+                    now_unix - 6 * 3600 + i * 3600,
+                    now_unix + year,
+                )
+            })
+            .collect();
+        merge_certificates(&mut store, a0.clone(), &auths, now, 64);
+        let kept: Vec<[u8; 20]> = store.iter().map(|c| c.signing_key_fingerprint()).collect();
+        let newest4: Vec<[u8; 20]> = a0[2..]
+            .iter()
+            .rev()
+            .map(|c| c.signing_key_fingerprint())
+            .collect();
+        assert_eq!(kept, newest4, "the four newest, newest first");
+        // Refetching one does not duplicate it.
+        merge_certificates(&mut store, [a0[5].clone()], &auths, now, 64);
+        assert_eq!(store.len(), 4);
+        // Unknown authorities are never stored; expired ones are dropped.
+        merge_certificates(
+            &mut store,
+            [cert(&ids[2], &signing[0], now_unix - 60, now_unix + year)],
+            &auths,
+            now,
+            64,
+        );
+        assert_eq!(store.len(), 4);
+        merge_certificates(
+            &mut store,
+            [cert(
+                &ids[1],
+                &signing[0],
+                now_unix - 2 * year,
+                now_unix - 1,
+            )],
+            &auths,
+            now,
+            64,
+        );
+        assert_eq!(store.len(), 4);
+        // Full store: the newest certificate gets in, the oldest goes.
+        let fresh = cert(&ids[1], &signing[1], now_unix - 10, now_unix + year);
+        merge_certificates(&mut store, [fresh.clone()], &auths, now, 4);
+        assert_eq!(store.len(), 4);
+        assert_eq!(
+            store[0].signing_key_fingerprint(),
+            fresh.signing_key_fingerprint()
+        );
+        assert!(
+            !store
+                .iter()
+                .any(|c| c.signing_key_fingerprint() == a0[2].signing_key_fingerprint())
+        );
     }
 }

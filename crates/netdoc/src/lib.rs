@@ -31,7 +31,7 @@ pub mod routerdesc;
 pub mod types;
 pub mod vote;
 
-pub use authority::{AuthCertificate, AuthorityConfig, CertError};
+pub use authority::{AuthCertificate, AuthorityConfig, CertError, merge_certificates};
 pub use consensus::{
     Consensus, ConsensusError, ConsensusRelay, Lifetime, TimeTolerance, UnverifiedConsensus,
 };

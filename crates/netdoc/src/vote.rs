@@ -210,14 +210,17 @@ const PROTO_KEYWORDS: [&str; 4] = [
     "required-relay-protocols",
 ];
 
-/// Protocol lines tor 0.4.9 authorities vote (what stock clients expect),
-/// minus what onionmix relays do not implement yet.
+/// Protocol lines tor 0.4.9 authorities vote, minus the subprotocols
+/// onionmix does not implement yet (FlowCtrl=2 congestion control and the
+/// onion-service ones HSDir, HSIntro, HSRend): a stock relay or client
+/// under onionmix authorities is asked for nothing stock authorities would
+/// not ask, and an onionmix relay meets every line it is held to.
 pub fn default_protocol_lines() -> [String; 4] {
     [
-        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 Link=4-5 Microdesc=2 Relay=2".into(),
-        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2".into(),
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 Link=4-5 Microdesc=2 Relay=2-4".into(),
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4".into(),
         "Cons=2 Desc=2 FlowCtrl=1 Link=4 Microdesc=2 Relay=2".into(),
-        "Cons=2 Desc=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2".into(),
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4".into(),
     ]
 }
 
@@ -1341,5 +1344,32 @@ mod tests {
             Some("Tor 0.4.9.11")
         );
         assert_eq!(version_from_platform(""), None);
+    }
+
+    /// What stock tor 0.4.9.11 authorities put in a consensus (read from a
+    /// `tor-basic` network's cached-consensus).
+    const STOCK_0_4_9_LINES: [&str; 4] = [
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4 HSRend=2 Link=4-5 Microdesc=2 Relay=2-4",
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4",
+        "Cons=2 Desc=2 FlowCtrl=1 Link=4 Microdesc=2 Relay=2",
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4",
+    ];
+
+    #[test]
+    fn protocol_lines_are_stock_minus_what_onionmix_lacks() {
+        let not_yet = ["FlowCtrl", "HSDir", "HSIntro", "HSRend"];
+        for (ours, stock) in default_protocol_lines().iter().zip(STOCK_0_4_9_LINES) {
+            let ours: crate::types::Protocols = ours.parse().unwrap();
+            let stock: crate::types::Protocols = stock.parse().unwrap();
+            // Nothing asked that stock tor does not ask.
+            assert!(stock.missing_from(&ours).is_empty(), "{ours}");
+            // Everything stock asks, except the unimplemented ones.
+            for (name, v) in ours.missing_from(&stock) {
+                assert!(
+                    not_yet.contains(&name.as_str()) && !(name == "FlowCtrl" && v == 1),
+                    "{name}={v} dropped from {stock}"
+                );
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! This crate never links the protocol crates: onionmix nodes are started
 //! as processes of the onionmix binary, exactly like stock tor nodes.
 
+pub mod arti;
 pub mod http;
 pub mod launcher;
 pub mod loopix;

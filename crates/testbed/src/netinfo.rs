@@ -137,9 +137,7 @@ impl NetworkInfo {
     pub fn save(&self) -> Result<(), String> {
         let p = Self::path(&self.dir);
         let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
-        let tmp = p.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, &p).map_err(|e| e.to_string())
+        onionmix_fsutil::write_atomic(&p, text).map_err(|e| format!("{}: {e}", p.display()))
     }
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {

@@ -412,9 +412,8 @@ impl Authority {
                 .map(|s| format!("{}\n\u{1e}\n", s.desc.text))
                 .collect()
         };
-        let tmp = self.descs_path().with_extension("tmp");
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, self.descs_path());
+        if let Err(e) = onionmix_fsutil::write_atomic(&self.descs_path(), text) {
+            warn!("could not save descriptors: {e}");
         }
     }
 
@@ -829,9 +828,8 @@ impl Authority {
         st.current = Some(p);
         st.current_text = Some(Arc::new(text.clone()));
         drop(st);
-        let tmp = self.consensus_path().with_extension("tmp");
-        if std::fs::write(&tmp, &text).is_ok() {
-            let _ = std::fs::rename(&tmp, self.consensus_path());
+        if let Err(e) = onionmix_fsutil::write_atomic(&self.consensus_path(), &text) {
+            warn!("could not save the consensus: {e}");
         }
     }
 

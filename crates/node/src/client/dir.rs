@@ -18,10 +18,13 @@ use tracing::{debug, info, warn};
 use onionmix_netdoc::{
     AuthCertificate, AuthorityConfig, DirRequest, DirResponse, ExitTarget, GuardParams, GuardSet,
     NetDir, PathBuilder, PathConfig, PathError, RelayFlags, RelayId, TimeTolerance,
-    UnverifiedConsensus, parse_microdescs,
+    UnverifiedConsensus, merge_certificates, parse_microdescs,
 };
 
 use super::circmgr::{CircMgr, Purpose};
+
+/// Most authority key certificates a client keeps.
+const MAX_CERTS: usize = 64;
 use super::circuit::HopTarget;
 use super::config::ClientConfig;
 use crate::reactor::StreamRequest;
@@ -131,11 +134,7 @@ impl DirMgr {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .to_json();
-        let tmp = self.guard_file.with_extension("json.tmp");
-        if std::fs::write(&tmp, json)
-            .and_then(|_| std::fs::rename(&tmp, &self.guard_file))
-            .is_err()
-        {
+        if onionmix_fsutil::write_atomic(&self.guard_file, json).is_err() {
             warn!(
                 "could not save guard state to {}",
                 self.guard_file.display()
@@ -271,14 +270,15 @@ impl DirMgr {
             let text = resp
                 .body_text()
                 .map_err(|e| fail("key certificates", e.to_string()))?;
-            let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut fetched = Vec::new();
             for c in AuthCertificate::parse_all(text, now) {
                 match c {
-                    Ok(c) => certs.push(c),
+                    Ok(c) => fetched.push(c),
                     Err(e) => warn!("rejected an authority key certificate: {e}"),
                 }
             }
-            certs.truncate(64);
+            let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+            merge_certificates(&mut certs, fetched, &self.auths, now, MAX_CERTS);
         }
         let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let consensus = unverified

@@ -135,15 +135,11 @@ impl Client {
     }
 
     async fn write_status_forever(self, path: std::path::PathBuf) {
-        let tmp = path.with_extension("json.tmp");
         let mut last = String::new();
         loop {
             let text = self.status().to_string();
             if text != last {
-                if std::fs::write(&tmp, &text)
-                    .and_then(|_| std::fs::rename(&tmp, &path))
-                    .is_err()
-                {
+                if onionmix_fsutil::write_atomic(&path, &text).is_err() {
                     warn!("cannot write {}", path.display());
                 }
                 last = text;

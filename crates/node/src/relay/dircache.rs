@@ -42,7 +42,12 @@ pub struct DirCache {
     upstreams: Vec<SocketAddr>,
     next: AtomicUsize,
     entries: Mutex<Entries>,
+    /// Our own descriptor (`/tor/server/authority`), set by publishing.
+    own: Mutex<Option<std::sync::Arc<String>>>,
 }
+
+/// dir-spec's path for "the server's own descriptor".
+pub const OWN_DESCRIPTOR_PATH: &str = "/tor/server/authority";
 
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
@@ -108,7 +113,23 @@ impl DirCache {
             upstreams,
             next: AtomicUsize::new(0),
             entries: Mutex::new(HashMap::new()),
+            own: Mutex::new(None),
         }
+    }
+
+    /// Answer `/tor/server/authority[.z]` from our own descriptor, never
+    /// from upstream (an authority would answer with its own).
+    fn own_descriptor(&self, get: &DirGet) -> Vec<u8> {
+        let own = self.own.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(desc) = own else {
+            return error_response(404, "Not found");
+        };
+        let deflate = get.path.ends_with(".z")
+            || get
+                .accept_encoding
+                .as_deref()
+                .is_some_and(|v| v.split(',').any(|e| e.trim() == "deflate"));
+        crate::authority::http::response(200, "OK", desc.as_bytes(), deflate)
     }
 
     fn lookup(&self, key: &str) -> Option<std::sync::Arc<Vec<u8>>> {
@@ -178,6 +199,9 @@ impl DirCache {
                 return error_response(400, &why.to_string());
             }
         };
+        if get.path.strip_suffix(".z").unwrap_or(&get.path) == OWN_DESCRIPTOR_PATH {
+            return self.own_descriptor(&get);
+        }
         let key = format!(
             "{}\n{}",
             get.path,
@@ -218,6 +242,10 @@ impl DirServer for DirCache {
         req: &'a [u8],
     ) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send + 'a>> {
         Box::pin(self.answer(req))
+    }
+    fn set_own_descriptor(&self, descriptor: &str) {
+        *self.own.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::sync::Arc::new(descriptor.to_string()));
     }
 }
 
@@ -306,5 +334,40 @@ mod tests {
                 String::from_utf8_lossy(&a)
             );
         }
+    }
+
+    #[tokio::test]
+    async fn serves_its_own_descriptor_not_an_upstream_one() {
+        // The upstream would answer anything; it must not be asked.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let hits = std::sync::Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                h.fetch_add(1, Ordering::Relaxed);
+                let _ = s
+                    .write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nupstr")
+                    .await;
+            }
+        });
+        let c = DirCache::new(vec![addr]);
+        let req = b"GET /tor/server/authority HTTP/1.0\r\n\r\n";
+        assert!(c.answer(req).await.starts_with(b"HTTP/1.0 404"));
+        c.set_own_descriptor("router me 127.0.0.1 9001 0 0\n");
+        let a = c.answer(req).await;
+        assert!(a.starts_with(b"HTTP/1.0 200"));
+        assert!(a.ends_with(b"router me 127.0.0.1 9001 0 0\n"));
+        let z = c
+            .answer(b"GET /tor/server/authority.z HTTP/1.0\r\n\r\n")
+            .await;
+        let head_end = z.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let mut body = String::new();
+        use std::io::Read as _;
+        flate2::read::ZlibDecoder::new(&z[head_end..])
+            .read_to_string(&mut body)
+            .unwrap();
+        assert_eq!(body, "router me 127.0.0.1 9001 0 0\n");
+        assert_eq!(hits.load(Ordering::Relaxed), 0);
     }
 }

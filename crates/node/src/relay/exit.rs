@@ -389,6 +389,9 @@ pub trait DirServer: Send + Sync {
         &'a self,
         req: &'a [u8],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send + 'a>>;
+    /// Our own current descriptor, for `GET /tor/server/authority`
+    /// (directory caches; an authority answers from its own state).
+    fn set_own_descriptor(&self, _descriptor: &str) {}
 }
 
 #[cfg(test)]

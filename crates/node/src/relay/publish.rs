@@ -14,9 +14,24 @@ use onionmix_netdoc::routerdesc::{self, DescriptorParams};
 
 use super::RelayCtx;
 
-/// Subprotocols this relay implements (what the descriptor's `proto` says).
+/// Subprotocols this relay implements, apart from `DirCache`.
 pub const PROTOCOLS: &str =
     "Cons=1-2 Desc=1-2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+/// The same with `DirCache=2`: what a relay that answers `BEGIN_DIR`
+/// says (clients, Arti's among them, take only directory caches with
+/// `DirCache=2` as guards).
+pub const PROTOCOLS_WITH_DIR_CACHE: &str =
+    "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+
+/// What the descriptor's `proto` line says, true to what this relay
+/// serves.
+pub fn protocols(dir_cache: bool) -> &'static str {
+    if dir_cache {
+        PROTOCOLS_WITH_DIR_CACHE
+    } else {
+        PROTOCOLS
+    }
+}
 /// The `platform` line.
 pub const PLATFORM: &str = concat!("onionmix ", env!("CARGO_PKG_VERSION"), " on Linux");
 /// Time allowed for one upload.
@@ -45,7 +60,7 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
         or_port: ctx.or_port(),
         dir_port: 0,
         platform: PLATFORM.into(),
-        protocols: PROTOCOLS.into(),
+        protocols: protocols(ctx.dir.is_some()).into(),
         published: now_unix(),
         uptime: ctx.started.elapsed().as_secs(),
         bandwidth: (
@@ -109,6 +124,11 @@ pub async fn publish_once(ctx: &RelayCtx) -> Vec<UploadResult> {
             return Vec::new();
         }
     };
+    // Served at /tor/server/authority (dir-spec: the server's own
+    // descriptor).
+    if let Some(dir) = &ctx.dir {
+        dir.set_own_descriptor(&desc);
+    }
     let mut out = Vec::new();
     for a in &ctx.cfg.authorities {
         let r = match upload_one(a.dir_addr, &desc).await {
@@ -185,5 +205,28 @@ async fn wait_for_next_publish(published: u64, every: Duration) {
         if w >= published.saturating_add(every.as_secs()) || w.saturating_add(60) < published {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onionmix_netdoc::types::Protocols;
+
+    #[test]
+    fn proto_line_meets_what_authorities_require_and_recommend() {
+        let lines = onionmix_netdoc::vote::default_protocol_lines();
+        let ours: Protocols = protocols(true).parse().unwrap();
+        for line in [&lines[1], &lines[3]] {
+            let want: Protocols = line.parse().unwrap();
+            assert!(ours.missing_from(&want).is_empty(), "{line}");
+        }
+        // Without a directory cache the relay does not claim one.
+        let no_cache: Protocols = protocols(false).parse().unwrap();
+        let want: Protocols = lines[3].parse().unwrap();
+        assert_eq!(
+            no_cache.missing_from(&want),
+            vec![("DirCache".to_string(), 2)]
+        );
     }
 }

@@ -1,0 +1,76 @@
+//! Issue 11 item 8: Arti, the Tor Project's Rust client (a pinned release
+//! from crates.io), uses onionmix networks: it bootstraps from an
+//! all-onionmix network (`onionmix-basic`) and from a mixed one (stock tor
+//! authorities, onionmix and stock relays: `mixed`) and carries 1 MiB and
+//! 20 MiB downloads whose SHA-256 the sink's header confirms.
+//!
+//! Needs `arti` (`cargo install arti --version 2.7.0 --locked`; .ci/run
+//! installs it) and, for `mixed`, stock tor; skipped with a message when
+//! missing, failed when `ONIONMIX_REQUIRE_INTEROP=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common_net;
+
+use std::time::Duration;
+
+use onionmix_testbed::arti::{ArtiClient, arti_check};
+
+fn arti_available(test: &str) -> bool {
+    let ok = onionmix_testsupport::require_or_skip(test, arti_check().map(|_| ()));
+    if ok {
+        eprintln!("{test}: using {}", arti_check().unwrap_or_default());
+    }
+    ok
+}
+
+fn arti_downloads_over(spec: &str) {
+    let _serial = common_net::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let net = common_net::start(spec, &tmp.path().join("net"));
+    let info = net.info().clone();
+    let sink = info.sink.clone().expect("sink");
+    let arti = ArtiClient::start(&info, &tmp.path().join("arti")).unwrap();
+    let boot = arti
+        .wait_bootstrapped(Duration::from_secs(180))
+        .unwrap_or_else(|e| panic!("{spec}: {e}"));
+    eprintln!("{spec}: arti bootstrapped in {boot:.1?}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for n in [1u64 << 20, 20 << 20] {
+        let r = rt.block_on(common_net::download(
+            arti.socks,
+            &sink.hostname,
+            sink.http.port(),
+            n,
+            None,
+        ));
+        let (resp, took) = r.unwrap_or_else(|e| {
+            panic!(
+                "{spec}: {n}-byte download through arti failed: {e}\n{}",
+                onionmix_testbed::proc::tail(&arti.log, 30)
+            )
+        });
+        assert_eq!(resp.body.len() as u64, n, "{spec}: length");
+        assert!(resp.sha256_ok(), "{spec}: SHA-256 of {n} bytes");
+        eprintln!("{spec}: arti downloaded {n} bytes in {took:.2?}, SHA-256 verified");
+    }
+    drop(arti);
+    drop(net);
+}
+
+#[test]
+fn arti_uses_an_all_onionmix_network() {
+    if !arti_available("arti_uses_an_all_onionmix_network") {
+        return;
+    }
+    arti_downloads_over("onionmix-basic");
+}
+
+#[test]
+fn arti_uses_a_mixed_network() {
+    if !arti_available("arti_uses_a_mixed_network")
+        || !common_net::tor_available("arti_uses_a_mixed_network")
+    {
+        return;
+    }
+    arti_downloads_over("mixed");
+}
