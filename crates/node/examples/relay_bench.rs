@@ -106,7 +106,7 @@ fn start_relay(bin: &str, dir: &std::path::Path, threads: usize) -> (Proc, HopTa
         "data_dir = {:?}\nnickname = \"bench{threads}\"\nor_listen = \"127.0.0.1:{port}\"\nexit = true\n\
          exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\n\
          testing_network = true\nthreads = {threads}\ncreate_rate_per_channel = 100000\n\
-         max_circuits_per_channel = 4096\n",
+         max_circuits_per_channel = 4096\nallow_single_hop_exits = true\n",
         data.display().to_string()
     );
     std::fs::create_dir_all(&data).unwrap();

@@ -327,7 +327,8 @@ async fn per_peer_circuit_limit_spares_other_clients() {
     let cfg = RelayConfig::parse(&format!(
         "data_dir = {:?}\nnickname = \"limited\"\nor_listen = \"127.0.0.1:0\"\nexit = true\n\
          exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\n\
-         testing_network = true\nmax_circuits_per_channel = 16\ncreate_rate_per_channel = 1000\n",
+         testing_network = true\nmax_circuits_per_channel = 16\ncreate_rate_per_channel = 1000\n\
+         allow_single_hop_exits = true\n",
         tmp.path().join("limited").display().to_string()
     ))
     .unwrap();
@@ -384,4 +385,56 @@ async fn per_peer_circuit_limit_spares_other_clients() {
         .expect("other client is not limited");
     bulk(&circ, target, 2 << 20).await;
     drop(held);
+}
+
+/// As stock tor: an exit refuses BEGIN on a client's first hop (END
+/// TORPROTOCOL, nothing connected) unless `allow_single_hop_exits`, while
+/// RESOLVE on that hop and BEGIN behind a relay still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exits_refuse_begin_on_a_clients_first_hop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_g, guard) = start_relay(tmp.path(), "guard", false).await;
+    let (exit_ctx, exit) = start_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let one_hop = circuit::build(
+        mgr.get(&exit).await.unwrap(),
+        vec![exit.clone()],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let err = one_hop
+        .open_stream(
+            StreamRequest::Begin(Begin {
+                host: TargetHost::Ip(target.ip()),
+                port: target.port(),
+                flags: 0,
+            }),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, StreamError::End(end_reason::TORPROTOCOL));
+    let ord = std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(exit_ctx.stats.single_hop_begins_refused.load(ord), 1);
+    assert_eq!(exit_ctx.stats.streams.load(ord), 0, "nothing connected");
+    let (_, ev) = one_hop
+        .open_stream(
+            StreamRequest::Resolve("localhost".into()),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(ev, StreamEvent::Resolved(_)), "{ev:?}");
+    // Behind a relay (an authenticated previous hop) the same exit serves.
+    let two_hop = circuit::build(
+        mgr.get(&guard).await.unwrap(),
+        vec![guard, exit],
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    bulk(&two_hop, target, 100_000).await;
+    assert_eq!(exit_ctx.stats.single_hop_begins_refused.load(ord), 1);
 }

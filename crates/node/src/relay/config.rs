@@ -29,6 +29,13 @@ pub struct RelayConfig {
     /// followed by tor's default exit policy; empty means the default.
     #[serde(default)]
     pub exit_policy: Vec<String>,
+    /// Accept BEGIN on a circuit whose previous hop is a client (an
+    /// unauthenticated connection), i.e. act as a one-hop proxy. Off, as
+    /// in stock tor (which refuses such streams with END TORPROTOCOL; its
+    /// old `AllowSingleHopExits`): a one-hop exit gives its users no
+    /// anonymity and attracts abuse. Benchmarks turn it on.
+    #[serde(default)]
+    pub allow_single_hop_exits: bool,
     /// Reject private/local addresses before the policy (tor's
     /// ExitPolicyRejectPrivate, on by default).
     #[serde(default = "yes")]

@@ -57,6 +57,8 @@ pub struct RelayStats {
     pub cells_forwarded: AtomicU64,
     /// Exit streams opened.
     pub streams: AtomicU64,
+    /// BEGINs refused because the previous hop was a client.
+    pub single_hop_begins_refused: AtomicU64,
     /// Bytes from targets to clients.
     pub exit_bytes_down: AtomicU64,
     /// Bytes from clients to targets.

@@ -657,7 +657,19 @@ impl Reactor {
                 });
             }
             Inbound::Begin { stream, begin } => {
-                self.open_exit_stream(id, stream, exit::Request::Connect(begin));
+                if self.me.peer.is_none() && !self.ctx.cfg.allow_single_hop_exits {
+                    // As stock tor: no exit streams on a client's first hop
+                    // (BEGIN_DIR and RESOLVE are still served).
+                    debug!("refused BEGIN on the first hop of a client's circuit");
+                    self.ctx
+                        .stats
+                        .single_hop_begins_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    o.circ.stream_closed(stream);
+                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+                } else {
+                    self.open_exit_stream(id, stream, exit::Request::Connect(begin));
+                }
             }
             Inbound::BeginDir { stream } => {
                 self.open_exit_stream(id, stream, exit::Request::Dir);
