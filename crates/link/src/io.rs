@@ -43,6 +43,12 @@ pub struct ChannelWriter {
     queued: Arc<AtomicUsize>,
     drained: Arc<Notify>,
     closed: Arc<AtomicBool>,
+    /// Set by [`ChannelWriter::abort`]: drop what is queued, stop now.
+    aborted: Arc<AtomicBool>,
+    /// Notified when the writer closes or is aborted.
+    closing: Arc<Notify>,
+    /// Notified by [`ChannelWriter::abort`] only.
+    abort_signal: Arc<Notify>,
 }
 
 impl ChannelWriter {
@@ -55,8 +61,10 @@ impl ChannelWriter {
         if self.closed.load(Ordering::Relaxed) {
             return false;
         }
-        self.queued.fetch_add(buf.len(), Ordering::Relaxed);
+        let n = buf.len();
+        self.queued.fetch_add(n, Ordering::Relaxed);
         if self.tx.send(buf).is_err() {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
             self.closed.store(true, Ordering::Relaxed);
             return false;
         }
@@ -88,6 +96,29 @@ impl ChannelWriter {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         self.drained.notify_waiters();
+        self.closing.notify_waiters();
+    }
+    /// Stop the writer at once and free what is queued, even in the middle
+    /// of a write to a peer that stopped reading (the memory-pressure
+    /// handler's tool). The channel is dead afterwards.
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::Relaxed);
+        self.abort_signal.notify_waiters();
+        self.close();
+    }
+    /// Whether [`ChannelWriter::abort`] was called.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Relaxed)
+    }
+    /// Wait until the writer has stopped (closed, aborted or failed).
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.closing.notified();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -114,6 +145,9 @@ where
         queued: Arc::new(AtomicUsize::new(0)),
         drained: Arc::new(Notify::new()),
         closed: Arc::new(AtomicBool::new(false)),
+        aborted: Arc::new(AtomicBool::new(false)),
+        closing: Arc::new(Notify::new()),
+        abort_signal: Arc::new(Notify::new()),
     };
 
     tokio::spawn(async move {
@@ -181,15 +215,24 @@ where
                 }
             }
             let n = pending.len();
-            let res = tokio::time::timeout(WRITE_STALL_TIMEOUT, async {
-                wr.write_all(&pending).await?;
-                wr.flush().await
-            })
-            .await;
+            // Register for the abort signal before checking the flag, so an
+            // abort between the two is not missed.
+            let abort = w.abort_signal.notified();
+            let written = if w.is_aborted() {
+                false
+            } else {
+                tokio::select! {
+                    r = tokio::time::timeout(WRITE_STALL_TIMEOUT, async {
+                        wr.write_all(&pending).await?;
+                        wr.flush().await
+                    }) => matches!(r, Ok(Ok(()))),
+                    _ = abort => false,
+                }
+            };
             drop(pending);
             w.queued.fetch_sub(n, Ordering::Relaxed);
             w.drained.notify_waiters();
-            if !matches!(res, Ok(Ok(()))) {
+            if !written {
                 break;
             }
             if w.closed.load(Ordering::Relaxed) && out_rx.is_empty() {
@@ -197,13 +240,81 @@ where
             }
         }
         w.closed.store(true, Ordering::Relaxed);
-        w.drained.notify_waiters();
         out_rx.close();
+        if w.is_aborted() {
+            // Free what is still queued now, not when the last sender goes.
+            while let Ok(b) = out_rx.try_recv() {
+                w.queued.fetch_sub(b.len(), Ordering::Relaxed);
+            }
+        }
+        w.drained.notify_waiters();
+        w.closing.notify_waiters();
         let _ = wr.shutdown().await;
     });
 
     ChannelIo {
         rx: in_rx,
         tx: writer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    fn chunk(n: usize, byte: u8) -> BytesMut {
+        BytesMut::from(&vec![byte; n][..])
+    }
+
+    /// A peer that stops reading: abort frees the queue at once, even with
+    /// a write in progress, and the channel refuses more.
+    #[tokio::test]
+    async fn abort_frees_the_queue_of_a_stuck_channel() {
+        let (ours, _theirs) = tokio::io::duplex(4096);
+        let io = spawn_channel_io(ours, CellCodec::new(), BytesMut::new());
+        for _ in 0..64 {
+            assert!(io.tx.send_now(chunk(16 * 1024, 1)));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            io.tx.queued_bytes() > 900 * 1024,
+            "{}",
+            io.tx.queued_bytes()
+        );
+        io.tx.abort();
+        tokio::time::timeout(Duration::from_secs(5), io.tx.closed())
+            .await
+            .expect("writer stops");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while io.tx.queued_bytes() != 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("queue freed");
+        assert!(!io.tx.send_now(chunk(10, 2)));
+        assert_eq!(io.tx.queued_bytes(), 0);
+    }
+
+    /// `close` is not `abort`: everything queued still reaches a slow
+    /// reader, in order.
+    #[tokio::test]
+    async fn close_flushes_everything_queued() {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let io = spawn_channel_io(ours, CellCodec::new(), BytesMut::new());
+        let mut want = Vec::new();
+        for i in 0..32u8 {
+            assert!(io.tx.send_now(chunk(8 * 1024, i)));
+            want.extend(std::iter::repeat_n(i, 8 * 1024));
+        }
+        io.tx.close();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), theirs.read_to_end(&mut got))
+            .await
+            .expect("reader finishes")
+            .unwrap();
+        assert_eq!(got, want);
+        assert_eq!(io.tx.queued_bytes(), 0);
     }
 }

@@ -67,6 +67,12 @@ pub struct RelayConfig {
     /// Most circuits overall.
     #[serde(default = "default_max_circs")]
     pub max_circuits: usize,
+    /// Most bytes all channels' outbound queues may hold together (tor's
+    /// `MaxMemInQueues`); over it the largest queues are dropped first and
+    /// their channels closed. Default: 40% of physical memory, at most
+    /// 8 GiB, at least 256 MiB.
+    #[serde(default)]
+    pub max_mem_in_queues: Option<u64>,
     /// Most open connections (channels).
     #[serde(default = "default_max_chans")]
     pub max_channels: usize,

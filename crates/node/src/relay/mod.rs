@@ -7,6 +7,7 @@ pub mod dns;
 pub mod exit;
 pub mod extend;
 pub mod idle;
+pub mod oom;
 pub mod publish;
 pub mod reactor;
 pub mod rotate;
@@ -57,6 +58,10 @@ pub struct RelayStats {
     pub cells_forwarded: AtomicU64,
     /// Exit streams opened.
     pub streams: AtomicU64,
+    /// Channels closed by the memory-pressure handler.
+    pub oom_channels_closed: AtomicU64,
+    /// Bytes their queues held.
+    pub oom_bytes_freed: AtomicU64,
     /// BEGINs refused because the previous hop was a client.
     pub single_hop_begins_refused: AtomicU64,
     /// Bytes from targets to clients.
@@ -95,6 +100,8 @@ pub struct RelayCtx {
     /// Addresses of authorities and of relays that proved their identity
     /// (they skip per-address limits and may use reserved slots).
     pub known: KnownAddrs,
+    /// Every channel's outbound queue (the memory-pressure handler's view).
+    pub queues: Arc<oom::QueueRegistry>,
 }
 
 impl RelayCtx {
@@ -199,6 +206,7 @@ pub fn make_ctx(
         rotation: Mutex::new(()),
         admission,
         known,
+        queues: Arc::default(),
     }))
 }
 
@@ -464,6 +472,7 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", ctx.cfg.or_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     ctx.bound_or_port.store(addr.port(), Ordering::Relaxed);
+    tokio::spawn(oom::oom_loop(ctx.clone()));
     tokio::spawn(serve(ctx, listener));
     Ok(addr)
 }

@@ -222,6 +222,8 @@ struct Reactor {
     _permit: Option<crate::admission::Permit>,
     /// How long the channel may stay open without circuits.
     idle_timeout: std::time::Duration,
+    /// Keeps this channel's queue registered with the memory-pressure handler.
+    _queue: super::oom::QueueGuard,
 }
 
 /// Start a reactor for an established relay channel.
@@ -242,6 +244,7 @@ pub fn spawn_relay_reactor(
         closed: Arc::new(AtomicBool::new(false)),
         n_circuits: Arc::new(AtomicUsize::new(0)),
     };
+    let queue = ctx.queues.register(io.tx.clone());
     let burst = (ctx.cfg.create_rate_per_channel as f64 * 2.0).max(1.0);
     let idle_timeout = idle_timeout_for(
         &ctx.cfg,
@@ -261,6 +264,7 @@ pub fn spawn_relay_reactor(
         initiated,
         _permit: permit,
         idle_timeout,
+        _queue: queue,
     };
     tokio::spawn(reactor.run(rx));
     handle
@@ -276,6 +280,13 @@ impl Reactor {
             tokio::select! {
                 _ = sleep_until_opt(idle_deadline) => {
                     break "idle without circuits".to_string();
+                }
+                _ = self.me.writer.closed() => {
+                    break if self.me.writer.is_aborted() {
+                        "closed under memory pressure".to_string()
+                    } else {
+                        "writer closed".to_string()
+                    };
                 }
                 batch = self.io_rx.recv() => match batch {
                     Some(Ok(cells)) => {
