@@ -1,0 +1,145 @@
+//! Commands from other tasks (extends completing, cells and teardown
+//! from the other channel of a circuit) and CREATED2 on next entries.
+
+use super::*;
+
+impl Reactor {
+    pub(super) fn handle_created2(&mut self, id: u32, payload: &[u8]) {
+        let Some(n) = self.nexts.get_mut(&id) else {
+            return;
+        };
+        if n.open {
+            self.kill_next(id, true);
+            return;
+        }
+        let Ok(created) = Created2::parse(payload) else {
+            self.kill_next(id, true);
+            return;
+        };
+        n.open = true;
+        let next = NextLink {
+            writer: self.me.writer.clone(),
+            codec: self.me.codec.clone(),
+            circ_id: id,
+            chan: self.me.clone(),
+        };
+        n.prev.chan.send(RCmd::ExtendDone {
+            circ_id: n.prev.circ_id,
+            next,
+            created,
+        });
+    }
+
+    pub(super) fn alloc_circ_id(&self) -> Option<u32> {
+        let mut rng = rand::thread_rng();
+        for _ in 0..64 {
+            // The initiator of a link uses IDs with the high bit set, the
+            // responder without (tor-spec §5.1.1).
+            let raw = rng.r#gen::<u32>();
+            let id = if self.initiated {
+                raw | 0x8000_0000
+            } else {
+                raw & 0x7FFF_FFFF
+            };
+            if id != 0 && !self.origins.contains_key(&id) && !self.nexts.contains_key(&id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    pub(super) fn handle_cmd(&mut self, cmd: RCmd) {
+        match cmd {
+            RCmd::CreateFor { create2, prev } => {
+                let Some(id) = self.alloc_circ_id() else {
+                    prev.chan.send(RCmd::ExtendFailed {
+                        circ_id: prev.circ_id,
+                        reason: destroy_reason::RESOURCELIMIT,
+                    });
+                    return;
+                };
+                match RawCell::fixed(id, Cmd::CREATE2, &create2.encode()) {
+                    Ok(cell) => {
+                        if let Some(b) = cell.body() {
+                            let b = *b;
+                            self.me
+                                .codec
+                                .encode_fixed(id, Cmd::CREATE2, &b, &mut self.out);
+                        }
+                        self.nexts.insert(id, Next { prev, open: false });
+                        self.circuit_added();
+                    }
+                    Err(_) => prev.chan.send(RCmd::ExtendFailed {
+                        circ_id: prev.circ_id,
+                        reason: destroy_reason::PROTOCOL,
+                    }),
+                }
+            }
+            RCmd::ExtendDone {
+                circ_id,
+                next,
+                created,
+            } => {
+                let Some(o) = self.origins.get_mut(&circ_id) else {
+                    // The client went away meanwhile: undo the extension.
+                    let mut b = [0u8; PAYLOAD_LEN];
+                    b[0] = destroy_reason::DESTROYED;
+                    let mut buf = BytesMut::new();
+                    next.codec
+                        .encode_fixed(next.circ_id, Cmd::DESTROY, &b, &mut buf);
+                    next.writer.send_now(buf);
+                    next.chan.send(RCmd::PrevGone {
+                        circ_id: next.circ_id,
+                    });
+                    return;
+                };
+                o.next = Some(next);
+                o.circ.extended(true);
+                self.originate(circ_id, RelayCmd::EXTENDED2, 0, &created.encode());
+            }
+            RCmd::ExtendFailed { circ_id, reason } => {
+                if let Some(o) = self.origins.get_mut(&circ_id) {
+                    o.circ.extended(false);
+                }
+                // tor-spec recommends DESTROY towards the client.
+                if self.origins.contains_key(&circ_id) {
+                    self.drop_origin(circ_id, false);
+                    self.send_destroy(circ_id, reason);
+                }
+            }
+            RCmd::NextGone { circ_id } => {
+                if self.origins.contains_key(&circ_id) {
+                    // DESTROY towards the client was already queued by the
+                    // next channel's reactor; just forget the circuit.
+                    if let Some(o) = self.origins.get_mut(&circ_id) {
+                        o.next = None;
+                    }
+                    self.drop_origin(circ_id, false);
+                }
+            }
+            RCmd::PrevGone { circ_id } => {
+                if self.nexts.remove(&circ_id).is_some() {
+                    self.circuit_gone();
+                }
+            }
+            RCmd::StreamDrained { circ_id, stream } => {
+                let due = match self.origins.get_mut(&circ_id) {
+                    Some(o) => o.circ.stream_drained(stream),
+                    None => false,
+                };
+                if due {
+                    self.originate(circ_id, RelayCmd::SENDME, stream, &[]);
+                }
+            }
+            RCmd::StreamClosed { circ_id, stream } => {
+                if let Some(o) = self.origins.get_mut(&circ_id) {
+                    o.circ.stream_closed(stream);
+                    if let Some(s) = o.streams.remove(&stream) {
+                        s.credits.close();
+                    }
+                }
+            }
+            RCmd::Close => {}
+        }
+    }
+}
