@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use onionmix_link::TlsTransport;
@@ -69,7 +68,7 @@ async fn link_handshake(
     let digest = info.responder_cert_digest().ok_or("no certificate")?;
     let verifier = onionmix_node::glue::responder_verifier();
     let now = onionmix_node::clock::now_unix();
-    let mut hs = InitiatorHandshake::new(
+    let hs = InitiatorHandshake::new(
         Some(ExpectedPeer {
             rsa_id,
             ed_id: None,
@@ -79,26 +78,10 @@ async fn link_handshake(
         now,
     )
     .with_peer_addr(addr.ip());
-    let mut out = BytesMut::new();
-    hs.start(&mut out).map_err(|e| e.to_string())?;
-    tls.write_all(&out).await.map_err(|e| e.to_string())?;
-    tls.flush().await.map_err(|e| e.to_string())?;
-    out.clear();
-    let mut input = BytesMut::new();
-    loop {
-        if tls.read_buf(&mut input).await.map_err(|e| e.to_string())? == 0 {
-            return Err("closed during handshake".into());
-        }
-        let done = hs.handle(&mut input, &mut out).map_err(|e| e.to_string())?;
-        if !out.is_empty() {
-            tls.write_all(&out).await.map_err(|e| e.to_string())?;
-            tls.flush().await.map_err(|e| e.to_string())?;
-            out.clear();
-        }
-        if done.is_some() {
-            return Ok(tls);
-        }
-    }
+    onionmix_node::glue::drive_initiator_handshake(&mut tls, hs, Duration::from_secs(60))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(tls)
 }
 
 /// `tries` link handshakes from `ip`, one after another; the streams that

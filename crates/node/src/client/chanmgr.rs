@@ -5,8 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
 use onionmix_link::{TlsTransport, spawn_channel_io};
@@ -98,46 +96,14 @@ impl ChanMgr {
             rsa_id: target.rsa_id,
             ed_id: target.ed_id,
         };
-        let fut = async {
-            let mut hs = InitiatorHandshake::new(Some(expected), verifier.as_ref(), digest, now)
-                .with_peer_addr(target.or_addr.ip());
-            let mut out = BytesMut::new();
-            hs.start(&mut out)
-                .map_err(|e| ChanError::Handshake(e.to_string()))?;
-            tls.write_all(&out)
-                .await
-                .map_err(onionmix_link::LinkError::Io)?;
-            tls.flush().await.map_err(onionmix_link::LinkError::Io)?;
-            out.clear();
-            let mut input = BytesMut::with_capacity(16 * 1024);
-            loop {
-                let n = tls
-                    .read_buf(&mut input)
-                    .await
-                    .map_err(onionmix_link::LinkError::Io)?;
-                if n == 0 {
-                    return Err(ChanError::Handshake(
-                        "connection closed during handshake".into(),
-                    ));
-                }
-                let done = hs
-                    .handle(&mut input, &mut out)
-                    .map_err(|e| ChanError::Handshake(e.to_string()))?;
-                if !out.is_empty() {
-                    tls.write_all(&out)
-                        .await
-                        .map_err(onionmix_link::LinkError::Io)?;
-                    tls.flush().await.map_err(onionmix_link::LinkError::Io)?;
-                    out.clear();
-                }
-                if let Some(est) = done {
-                    return Ok((est, input));
-                }
-            }
-        };
-        let (est, leftover) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        let hs = InitiatorHandshake::new(Some(expected), verifier.as_ref(), digest, now)
+            .with_peer_addr(target.or_addr.ip());
+        let (est, leftover) = glue::drive_initiator_handshake(&mut tls, hs, HANDSHAKE_TIMEOUT)
             .await
-            .map_err(|_| ChanError::Handshake("timed out".into()))??;
+            .map_err(|e| match e {
+                glue::DriveError::Io(e) => ChanError::Link(onionmix_link::LinkError::Io(e)),
+                e => ChanError::Handshake(e.to_string()),
+            })?;
         debug!(
             "channel to {} open (link v{})",
             target.nickname, est.link_version

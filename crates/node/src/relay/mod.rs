@@ -300,43 +300,21 @@ async fn connect(
     };
     let verifier = responder_verifier();
     let my_addr = ctx.cfg.advertised_ip();
-    let fut = async {
-        let mut hs = InitiatorHandshake::new(
-            Some(ExpectedPeer {
-                rsa_id: id,
-                ed_id: ed,
-            }),
-            verifier.as_ref(),
-            digest,
-            now_unix(),
-        )
-        .with_auth(&auth, vec![my_addr])
-        .with_peer_addr(addr.ip());
-        let mut out = BytesMut::new();
-        hs.start(&mut out).map_err(|e| e.to_string())?;
-        tls.write_all(&out).await.map_err(|e| e.to_string())?;
-        tls.flush().await.map_err(|e| e.to_string())?;
-        out.clear();
-        let mut input = BytesMut::with_capacity(16 * 1024);
-        loop {
-            let n = tls.read_buf(&mut input).await.map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("connection closed during handshake".to_string());
-            }
-            let done = hs.handle(&mut input, &mut out).map_err(|e| e.to_string())?;
-            if !out.is_empty() {
-                tls.write_all(&out).await.map_err(|e| e.to_string())?;
-                tls.flush().await.map_err(|e| e.to_string())?;
-                out.clear();
-            }
-            if let Some(est) = done {
-                return Ok((est, input));
-            }
-        }
-    };
-    let (est, leftover) = tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut)
-        .await
-        .map_err(|_| "link handshake timed out".to_string())??;
+    let hs = InitiatorHandshake::new(
+        Some(ExpectedPeer {
+            rsa_id: id,
+            ed_id: ed,
+        }),
+        verifier.as_ref(),
+        digest,
+        now_unix(),
+    )
+    .with_auth(&auth, vec![my_addr])
+    .with_peer_addr(addr.ip());
+    let (est, leftover) =
+        crate::glue::drive_initiator_handshake(&mut tls, hs, LINK_HANDSHAKE_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
     let io = spawn_channel_io(tls, est.codec.clone(), leftover);
     ctx.known.learn(addr.ip(), std::time::Instant::now());
     Ok(spawn_relay_reactor(
