@@ -36,7 +36,7 @@ fn mix_throughput(kind: ProfileKind) -> Vec<(f64, f64, f64)> {
     sink.set_read_timeout(Some(Duration::from_millis(200)))
         .expect("timeout");
     let sink_port = sink.local_addr().expect("addr").port();
-    let mix_port = testnet::free_udp_port();
+    let mix_port = testnet::free_udp_port().expect("a free port");
     let mix = NodeInfo {
         name: "mix".into(),
         host: "127.0.0.1".into(),

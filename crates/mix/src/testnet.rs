@@ -167,12 +167,12 @@ pub fn build(spec: &LoopixSpec, port: &mut dyn FnMut() -> u16) -> Generated {
     }
 }
 
-/// A free UDP port on 127.0.0.1 (bound and released).
-pub fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+/// A free UDP port on 127.0.0.1 from the host-wide port allocator
+/// (`onionmix-testsupport::ports`: a locked block per process, so
+/// concurrent networks and tests never get the same port).
+pub fn free_udp_port() -> Result<u16, String> {
+    onionmix_testsupport::ports::free_port("127.0.0.1")
+        .map_err(|e| format!("no free UDP port on 127.0.0.1: {e}"))
 }
 
 /// Writes the network into `state_dir` and returns the processes to start.
@@ -185,14 +185,18 @@ pub fn generate(
     }
     let io = |e: std::io::Error| e.to_string();
     std::fs::create_dir_all(state_dir).map_err(io)?;
-    let mut used = std::collections::HashSet::new();
-    let mut port = || loop {
-        let p = free_udp_port();
-        if p != 0 && used.insert(p) {
-            return p;
+    let mut err = None;
+    let mut port = || match free_udp_port() {
+        Ok(p) => p,
+        Err(e) => {
+            err.get_or_insert(e);
+            0
         }
     };
     let g = build(spec, &mut port);
+    if let Some(e) = err {
+        return Err(e);
+    }
     let dir = &g.directory;
 
     let (source, dir_note) = match spec.directory {
