@@ -13,7 +13,8 @@
 //! the sink's SHA-256 of every answer. Prints a line a minute and a final
 //! table: downloads, bytes, wrong bytes (a completed answer whose length or
 //! digest is wrong), failed downloads (SOCKS or stream errors, timeouts),
-//! and each node's RSS after warm-up (2 min), at the end and at most.
+//! and each node's RSS after warm-up (2 min), at the end and at most; each
+//! minute's line also lists every node's RSS.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::sync::Arc;
@@ -135,6 +136,8 @@ fn main() {
     let mut last = vec![0u64; nodes.len()];
     let end = t0 + Duration::from_secs(minutes * 60);
     let mut minute = 0;
+    let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+    println!("RSS columns: {}", names.join(" "));
     while Instant::now() < end {
         std::thread::sleep(Duration::from_secs(10));
         let el = t0.elapsed();
@@ -149,12 +152,17 @@ fn main() {
         }
         if el.as_secs() / 60 > minute {
             minute = el.as_secs() / 60;
+            let rss: Vec<String> = last
+                .iter()
+                .map(|r| format!("{:.1}", *r as f64 / 1024.0))
+                .collect();
             println!(
-                "[{minute:>3} min] downloads {} ({:.1} MB), wrong {}, failed {}",
+                "[{minute:>3} min] downloads {} ({:.1} MB), wrong {}, failed {}; RSS MB {}",
                 counts.ok.load(Ordering::Relaxed),
                 counts.bytes.load(Ordering::Relaxed) as f64 / 1e6,
                 counts.wrong.load(Ordering::Relaxed),
-                counts.failed.load(Ordering::Relaxed)
+                counts.failed.load(Ordering::Relaxed),
+                rss.join(" ")
             );
         }
     }
