@@ -240,3 +240,57 @@ fn virtual_network_sphinxmix() {
 fn virtual_network_x25519() {
     simulate(ProfileKind::X25519);
 }
+
+/// A client that falls far behind its schedule (a stalled process) sends no
+/// catch-up burst; the skipped time is counted, so rate checks can discount
+/// it.
+#[test]
+fn a_stalled_client_skips_and_counts_instead_of_bursting() {
+    let spec = LoopixSpec {
+        providers: 1,
+        layers: 3,
+        mixes_per_layer: 1,
+        clients: 1,
+        profile: ProfileKind::X25519,
+        ..Default::default()
+    };
+    let mut port = 2000u16;
+    let g = build(&spec, &mut || {
+        port += 1;
+        port
+    });
+    let params = LoopixParams {
+        exp_params_payload: 0.1,
+        exp_params_loops: 0.1,
+        exp_params_drop: 0.1,
+        exp_params_delay: 0.0,
+        time_pull: 1000.0,
+        ..LoopixParams::default()
+    };
+    let t0 = Instant::now();
+    let mut c = ClientNode::new(
+        "client0",
+        Profile::loopix(ProfileKind::X25519),
+        g.keys["client0"].clone(),
+        Arc::new(g.directory),
+        params,
+        t0,
+    )
+    .expect("client");
+    c.poll(t0);
+    // Stalled for 60 s: about 600 events per stream were due.
+    let _ = c.poll(t0 + Duration::from_secs(60));
+    let s = &c.stats;
+    let sent = s.sent_loop + s.sent_drop + s.sent_real + s.sent_drop_substitute;
+    assert!(sent <= 60, "no burst after a stall: {sent} packets");
+    for (what, skipped) in [
+        ("payload", s.skipped_s_payload),
+        ("loop", s.skipped_s_loop),
+        ("drop", s.skipped_s_drop),
+    ] {
+        assert!(
+            (57.0..=60.0).contains(&skipped),
+            "{what}: skipped {skipped} s"
+        );
+    }
+}

@@ -264,9 +264,19 @@ impl ClientNode {
         });
     }
 
-    fn advance(&mut self, t: Instant, mean: f64, now: Instant) -> Instant {
-        let mut next = t + secs(sample_exp(&mut self.rng, mean));
+    /// The next event of a stream after one due at `t`. More than 1 s
+    /// behind, the schedule restarts at `now` (no burst to catch up); the
+    /// skipped time is added to `skipped`.
+    fn advance(
+        rng: &mut StdRng,
+        t: Instant,
+        mean: f64,
+        now: Instant,
+        skipped: &mut f64,
+    ) -> Instant {
+        let mut next = t + secs(sample_exp(rng, mean));
         if next + Duration::from_secs(1) < now {
+            *skipped += (now - next).as_secs_f64();
             next = now;
         }
         next
@@ -287,17 +297,35 @@ impl ClientNode {
             } else if self.send_drop(now) {
                 self.stats.sent_drop_substitute += 1;
             }
-            self.next_real = Some(self.advance(t, self.params.exp_params_payload, now));
+            self.next_real = Some(Self::advance(
+                &mut self.rng,
+                t,
+                self.params.exp_params_payload,
+                now,
+                &mut self.stats.skipped_s_payload,
+            ));
         }
         while let Some(t) = self.next_loop.filter(|t| *t <= now) {
             self.send_loop(now);
-            self.next_loop = Some(self.advance(t, self.params.exp_params_loops, now));
+            self.next_loop = Some(Self::advance(
+                &mut self.rng,
+                t,
+                self.params.exp_params_loops,
+                now,
+                &mut self.stats.skipped_s_loop,
+            ));
         }
         while let Some(t) = self.next_drop.filter(|t| *t <= now) {
             if self.send_drop(now) {
                 self.stats.sent_drop += 1;
             }
-            self.next_drop = Some(self.advance(t, self.params.exp_params_drop, now));
+            self.next_drop = Some(Self::advance(
+                &mut self.rng,
+                t,
+                self.params.exp_params_drop,
+                now,
+                &mut self.stats.skipped_s_drop,
+            ));
         }
         self.stats.uptime_s = now.saturating_duration_since(self.started).as_secs_f64();
         std::mem::take(&mut self.out)

@@ -125,6 +125,12 @@ pub struct Stats {
     pub sent_drop: u64,
     pub sent_drop_substitute: u64,
     pub sent_loop: u64,
+    /// Seconds of each Poisson stream's schedule skipped because the
+    /// client fell more than 1 s behind it (a busy machine): no catch-up
+    /// burst is sent, so rate checks discount this time.
+    pub skipped_s_payload: f64,
+    pub skipped_s_loop: f64,
+    pub skipped_s_drop: f64,
     pub sent_control: u64,
     pub delivered: u64,
     pub dummies_received: u64,
