@@ -203,7 +203,18 @@ where
     let w = writer.clone();
     tokio::spawn(async move {
         loop {
-            let Some(mut pending) = out_rx.recv().await else {
+            // `close()` with nothing queued must end the writer too (other
+            // tasks may still hold senders), so wait on both.
+            let closing = w.closing.notified();
+            let next = if w.closed.load(Ordering::Relaxed) {
+                out_rx.try_recv().ok()
+            } else {
+                tokio::select! {
+                    m = out_rx.recv() => m,
+                    _ = closing => out_rx.try_recv().ok(),
+                }
+            };
+            let Some(mut pending) = next else {
                 break;
             };
             // Coalesce everything already queued into one write. The buffer
@@ -241,11 +252,10 @@ where
         }
         w.closed.store(true, Ordering::Relaxed);
         out_rx.close();
-        if w.is_aborted() {
-            // Free what is still queued now, not when the last sender goes.
-            while let Ok(b) = out_rx.try_recv() {
-                w.queued.fetch_sub(b.len(), Ordering::Relaxed);
-            }
+        // Free what is still queued (an abort, or a send that raced the
+        // close) now, not when the last sender goes.
+        while let Ok(b) = out_rx.try_recv() {
+            w.queued.fetch_sub(b.len(), Ordering::Relaxed);
         }
         w.drained.notify_waiters();
         w.closing.notify_waiters();
@@ -316,5 +326,26 @@ mod tests {
             .unwrap();
         assert_eq!(got, want);
         assert_eq!(io.tx.queued_bytes(), 0);
+    }
+
+    /// `close` with nothing queued ends the writer and shuts the transport
+    /// down even while other tasks still hold clones of the writer (an idle
+    /// channel closed by its reactor).
+    #[tokio::test]
+    async fn close_of_an_idle_channel_reaches_the_peer() {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let io = spawn_channel_io(ours, CellCodec::new(), BytesMut::new());
+        let other_holder = io.tx.clone();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        io.tx.close();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), theirs.read_to_end(&mut got))
+            .await
+            .expect("the peer sees EOF")
+            .unwrap();
+        assert!(got.is_empty());
+        assert!(other_holder.is_closed());
+        assert!(!other_holder.send_now(chunk(10, 1)));
+        assert_eq!(other_holder.queued_bytes(), 0);
     }
 }

@@ -438,3 +438,54 @@ async fn exits_refuse_begin_on_a_clients_first_hop() {
     bulk(&two_hop, target, 100_000).await;
     assert_eq!(exit_ctx.stats.single_hop_begins_refused.load(ord), 1);
 }
+
+/// A client channel without circuits is closed by the relay after its idle
+/// time (here 1-1.5 s): the client reads EOF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_client_channels_are_closed_by_the_relay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = RelayConfig::parse(&format!(
+        "data_dir = {:?}\nnickname = \"idle\"\nor_listen = \"127.0.0.1:0\"\ntesting_network = true\n\
+         idle_client_channel_secs = 1\n",
+        tmp.path().join("idle").display().to_string()
+    ))
+    .unwrap();
+    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
+    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
+    let addr = relay::start(ctx.clone()).await.unwrap();
+    let (mut tls, info) = TlsTransport::client().unwrap().connect(addr).await.unwrap();
+    let verifier = onionmix_node::glue::responder_verifier();
+    let hs = onionmix_proto::channel::InitiatorHandshake::new(
+        Some(onionmix_proto::channel::ExpectedPeer {
+            rsa_id: ctx.rsa_id,
+            ed_id: None,
+        }),
+        verifier.as_ref(),
+        info.responder_cert_digest().unwrap(),
+        onionmix_node::clock::now_unix(),
+    )
+    .with_peer_addr(addr.ip());
+    onionmix_node::glue::drive_initiator_handshake(&mut tls, hs, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut b = [0u8; 512];
+    let eof = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match tls.read(&mut b).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(eof.is_ok(), "the relay never closed the idle channel");
+    // Not before the idle time (1-1.5 s) has passed.
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    let ord = std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(ctx.stats.channels.load(ord), 0);
+}
