@@ -480,7 +480,9 @@ pub enum LinkSpec {
 }
 
 impl LinkSpec {
-    fn write(&self, out: &mut Vec<u8>) {
+    /// Append `LSTYPE LSLEN LSPEC` (an unknown specifier's body is cut to
+    /// 255 bytes).
+    pub fn write(&self, out: &mut Vec<u8>) {
         match self {
             LinkSpec::Ipv4(a) => {
                 out.extend_from_slice(&[0, 6]);
@@ -507,7 +509,8 @@ impl LinkSpec {
             }
         }
     }
-    fn read(r: &mut Reader<'_>) -> Result<Self, CellError> {
+    /// Read one `LSTYPE LSLEN LSPEC`.
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, CellError> {
         let t = r.u8("lstype")?;
         let len = r.u8("lslen")? as usize;
         let b = r.take(len, "lspec")?;
