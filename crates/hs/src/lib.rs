@@ -11,6 +11,7 @@
 //! | [`keys`] | identity keys (tor's key files), blinding, subcredentials, type-08 certs, revision counters |
 //! | [`ring`] | `hs_index`/`hsdir_index`, disaster SRV, responsible HSDirs |
 //! | [`desc`] | descriptors: build/sign/encrypt (service), parse/verify/decrypt (client), outer checks (HSDir) |
+//! | [`ntor`] | hs-ntor: INTRODUCE1 keys and MAC, RENDEZVOUS1 AUTH, virtual-hop keys |
 //!
 //! Cell codecs for the onion-service relay messages are in
 //! `onionmix_cell::hs`, the virtual-hop relay crypto in
@@ -22,6 +23,7 @@ pub mod addr;
 pub mod desc;
 pub mod error;
 pub mod keys;
+pub mod ntor;
 pub mod ring;
 pub mod time;
 
