@@ -11,6 +11,7 @@
 //! | [`keys`] | identity keys (tor's key files), blinding, subcredentials, type-08 certs, revision counters |
 //! | [`ring`] | `hs_index`/`hsdir_index`, disaster SRV, responsible HSDirs |
 //! | [`desc`] | descriptors: build/sign/encrypt (service), parse/verify/decrypt (client), outer checks (HSDir) |
+//! | [`intro`] | ESTABLISH_INTRO (MAC, signature, DoS ext), INTRODUCE1/2 (padding, encryption, MAC), RENDEZVOUS1/2 |
 //! | [`ntor`] | hs-ntor: INTRODUCE1 keys and MAC, RENDEZVOUS1 AUTH, virtual-hop keys |
 //!
 //! Cell codecs for the onion-service relay messages are in
@@ -22,6 +23,7 @@
 pub mod addr;
 pub mod desc;
 pub mod error;
+pub mod intro;
 pub mod keys;
 pub mod ntor;
 pub mod ring;
