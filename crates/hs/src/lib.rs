@@ -9,6 +9,7 @@
 //! | [`error`] | client failures and their SOCKS5 extended errors (prop 304) |
 //! | [`time`] | time periods, the SRV schedule, `hsdir_interval`, lifetimes |
 //! | [`keys`] | identity keys (tor's key files), blinding, subcredentials, type-08 certs, revision counters |
+//! | `pow` | proof of work v1 (feature `pow`): solve, verify with replay cache, AIMD suggested effort |
 //! | [`ring`] | `hs_index`/`hsdir_index`, disaster SRV, responsible HSDirs |
 //! | [`desc`] | descriptors: build/sign/encrypt (service), parse/verify/decrypt (client), outer checks (HSDir) |
 //! | [`intro`] | ESTABLISH_INTRO (MAC, signature, DoS ext), INTRODUCE1/2 (padding, encryption, MAC), RENDEZVOUS1/2 |
@@ -26,6 +27,8 @@ pub mod error;
 pub mod intro;
 pub mod keys;
 pub mod ntor;
+#[cfg(feature = "pow")]
+pub mod pow;
 pub mod ring;
 pub mod time;
 

@@ -11,17 +11,19 @@
 
 use tor_checkable::{SelfSigned, Timebound};
 use tor_hscrypto::pk::{HsBlindId, HsClientDescEncKeypair, HsClientDescEncSecretKey};
+#[cfg(feature = "pow")]
 use tor_hscrypto::pow::v1::Seed;
 use tor_llcrypto::pk::curve25519;
-use tor_netdoc::doc::hsdesc::{HsDesc, HsDescError, pow::PowParams};
+#[cfg(feature = "pow")]
+use tor_netdoc::doc::hsdesc::pow::PowParams;
+use tor_netdoc::doc::hsdesc::{HsDesc, HsDescError};
 
 use onionmix_cell::Reader;
 use onionmix_cell::relay::LinkSpec;
 
-use super::{
-    DescError, DescriptorContent, IntroPointInfo, MAX_DESC_LEN, PowParamsV1, chain, system_to_unix,
-    unix_to_system,
-};
+use super::{DescError, DescriptorContent, IntroPointInfo, MAX_DESC_LEN, chain, unix_to_system};
+#[cfg(feature = "pow")]
+use super::{PowParamsV1, system_to_unix};
 
 /// Parse, verify and decrypt `text`, the descriptor of the service whose
 /// blinded key for the period is `blinded` and subcredential
@@ -98,6 +100,9 @@ fn content(desc: &HsDesc) -> Result<DescriptorContent, DescError> {
             enc_key: enc.to_bytes(),
         });
     }
+    #[cfg(not(feature = "pow"))]
+    let pow_v1 = None;
+    #[cfg(feature = "pow")]
     let pow_v1 = desc.pow_params().iter().find_map(|p| match p {
         PowParams::V1(v) => {
             let (seed, range): (&Seed, _) =

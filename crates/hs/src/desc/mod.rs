@@ -120,6 +120,7 @@ fn unix_to_system(t: u64) -> std::time::SystemTime {
     std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(t)
 }
 
+#[cfg(feature = "pow")]
 fn system_to_unix(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())

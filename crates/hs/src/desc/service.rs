@@ -11,20 +11,23 @@
 
 use rand_core::CryptoRngCore;
 use tor_cell::chancell::msg::HandshakeType;
+#[cfg(feature = "pow")]
 use tor_checkable::timed::TimeRangeBound;
 use tor_hscrypto::pk::{HsIntroPtSessionIdKey, HsSvcNtorKey};
+#[cfg(feature = "pow")]
 use tor_hscrypto::pow::v1::{Effort, Seed};
 use tor_linkspec::{EncodedLinkSpec, LinkSpecType};
 use tor_llcrypto::pk::{curve25519, ed25519};
 use tor_netdoc::NetdocBuilder;
+#[cfg(feature = "pow")]
 use tor_netdoc::doc::hsdesc::pow::PowParams;
 use tor_netdoc::doc::hsdesc::{HsDescBuilder, IntroPointDesc, create_desc_sign_key_cert};
 use tor_units::IntegerMinutes;
 use zeroize::Zeroizing;
 
 use super::{
-    DescError, IntroPointInfo, MAX_AUTH_CLIENTS, MAX_DESC_LEN, MAX_INTRO_POINTS, PowParamsV1,
-    chain, unix_to_system,
+    DescError, IntroPointInfo, MAX_AUTH_CLIENTS, MAX_DESC_LEN, MAX_INTRO_POINTS, chain,
+    unix_to_system,
 };
 use crate::keys::BlindedService;
 use crate::time::{DESC_CERT_LIFETIME_S, DESC_LIFETIME_MIN, DESC_MAX_LIFETIME_MIN};
@@ -82,8 +85,8 @@ pub struct DescriptorInput<'a> {
     /// Authorized clients' x25519 public keys; `None` disables client
     /// authorization.
     pub auth_clients: Option<&'a [[u8; 32]]>,
-    /// `pow-params v1` to advertise.
-    pub pow_v1: Option<PowParamsV1>,
+    /// `pow-params v1` to advertise (needs the `pow` feature).
+    pub pow_v1: Option<super::PowParamsV1>,
 }
 
 impl<'a> DescriptorInput<'a> {
@@ -144,6 +147,11 @@ pub fn build_descriptor(
         ),
         None => None,
     };
+    #[cfg(not(feature = "pow"))]
+    if input.pow_v1.is_some() {
+        return Err(DescError::Build("built without the `pow` feature".into()));
+    }
+    #[cfg(feature = "pow")]
     let pow = input.pow_v1.map(|p| {
         PowParams::V1(tor_netdoc::doc::hsdesc::pow::v1::PowParamsV1::new(
             TimeRangeBound::new(Seed::from(p.seed), ..unix_to_system(p.expires)),
@@ -165,6 +173,7 @@ pub fn build_descriptor(
             .map_err(|_| DescError::Build("blinded key".into()))?,
     );
 
+    #[allow(unused_mut)]
     let mut b = HsDescBuilder::default()
         .blinded_id(&blinded_pk)
         .hs_desc_sign(&input.signing_key.kp)
@@ -180,6 +189,7 @@ pub fn build_descriptor(
         .subcredential((*input.blinded.subcredential()).into())
         .auth_clients(auth_clients.as_deref())
         .max_generated_len(MAX_DESC_LEN);
+    #[cfg(feature = "pow")]
     if let Some(p) = pow.as_ref() {
         b = b.pow_params(Some(p));
     }

@@ -66,12 +66,16 @@ fn svc() -> Svc {
 fn build_then_hsdir_then_client() {
     let s = svc();
     let points = ipts(3);
+    #[allow(unused_mut)]
     let mut input = DescriptorInput::new(&s.blinded, &s.signing, 12345, NOW, &points);
-    input.pow_v1 = Some(PowParamsV1 {
-        seed: [5; 32],
-        suggested_effort: 42,
-        expires: NOW + 7200,
-    });
+    #[cfg(feature = "pow")]
+    {
+        input.pow_v1 = Some(PowParamsV1 {
+            seed: [5; 32],
+            suggested_effort: 42,
+            expires: NOW + 7200,
+        });
+    }
     let text = build_descriptor(&input, &mut OsRng).expect("build");
     assert!(text.len() <= MAX_DESC_LEN);
     assert!(text.starts_with("hs-descriptor 3\ndescriptor-lifetime 180\n"));
