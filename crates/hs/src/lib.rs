@@ -1,5 +1,5 @@
 //! onionmix-hs: the sans-IO core of v3 onion services (rend-spec-v3,
-//! proposals 305, 327, 343). Everything here is computation on bytes and
+//! proposals 305 and 327). Everything here is computation on bytes and
 //! times given as arguments; the async client, service and relay drivers
 //! (in `crates/node`) do the I/O and call into this crate.
 //!
