@@ -312,7 +312,7 @@ mod tests {
         v.try_into().expect("32")
     }
 
-    // Vectors generated with C tor (as used in Arti's tor-hscrypto tests):
+    // C tor's vectors (test_hs_common.c test_blinding_basics):
     // period 1234 of a 1-day schedule.
     const ID_PUB: &str = "833990B085C1A688C1D4C8B1F6B56AFAF5A2ECA674449E1D704F83765CCB7BC6";
     const ID_SEC: &str = "D8C7FF0E31295B66540D789AF3E3DF992038A9592EEA01D8B7CBA06D6E66D1594D6167696320576F7264733A20737065697373636F62616C742062697669756D";

@@ -331,6 +331,24 @@ mod tests {
     }
 
     #[test]
+    fn c_tor_index_vectors() {
+        // test_hs_common.c test_hs_indexes: key 0x42.., period 42, 1440 min.
+        assert_eq!(
+            hex::encode(hs_index(1, &[0x42; 32], 42, 1440)),
+            "37e5cbbd56a22823714f18f1623ece5983a0d64c78495a8cfab854245e5f9a8a"
+        );
+        assert_eq!(
+            hex::encode(hsdir_index(&[0x42; 32], &[0x43; 32], 42, 1440)),
+            "db475361014a09965e7e5e4d4a25b8f8d4b8f16cb1d8a7e95eed50249cc1a2d5"
+        );
+        // test_disaster_srv: SHA3-256("shared-random-disaster" | INT_8(1440) | INT_8(1)).
+        let mut h = Sha3_256::new();
+        h.update(b"shared-random-disaster\0\0\0\0\0\0\x05\xA0\0\0\0\0\0\0\0\x01");
+        let want: [u8; 32] = h.finalize().into();
+        assert_eq!(disaster_srv(1, 1440), want);
+    }
+
+    #[test]
     fn index_layouts() {
         // The byte layouts, written out.
         let b = [7u8; 32];

@@ -253,6 +253,28 @@ mod tests {
     }
 
     #[test]
+    fn c_tor_testing_network_schedule() {
+        // test_hs_common.c test_start_time_of_next_time_period: with a
+        // 10 s voting interval periods last 4 minutes and start 120 s
+        // after the run boundary.
+        let s = HsSchedule::from_interval(10, None, true).expect("s");
+        assert_eq!(s.period_length_minutes(), 4);
+        let apr13 = 1_460_505_600;
+        assert_eq!(s.next_period_start(apr13), Ok(apr13 + 120));
+        assert_eq!(s.next_period_start(apr13 + 120), Ok(apr13 + 360));
+    }
+
+    #[test]
+    fn c_tor_between_tp_and_srv() {
+        // test_hs_common.c test_time_between_tp_and_srv (1985-10-26).
+        let s = HsSchedule::from_interval(3600, None, false).expect("s");
+        let day = 499_132_800;
+        for (h, want) in [(0, false), (11, false), (12, true), (23, true)] {
+            assert_eq!(s.between_tp_and_srv(day + h * 3600), Ok(want), "{h}:00");
+        }
+    }
+
+    #[test]
     fn srv_run_and_tp_segments() {
         let s = public();
         // 2016-04-13 00:00 is an SRV run start (24 one-hour rounds).

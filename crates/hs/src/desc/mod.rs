@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`service`] | service | build, sign and encrypt a descriptor |
 //! | [`client`] | client | parse, verify, decrypt (with or without a client-auth key) |
+//! | [`cache`] | HSDir | the bounded descriptor store, fetch/publish paths |
 //! | [`hsdir`] | HSDir | parse the outer document, check the type-08 certificate and the signature, decide replacement by revision counter |
 //!
 //! Building and client parsing use Arti's `tor-netdoc` 0.47 `hsdesc`
@@ -18,6 +19,7 @@
 //! document). Descriptors are capped at [`MAX_DESC_LEN`] (tor's 50 000
 //! bytes) before any parsing.
 
+pub mod cache;
 pub mod client;
 pub mod hsdir;
 pub mod service;

@@ -219,6 +219,74 @@ fn replacement_rule_and_build_limits() {
     assert!(t.len() <= MAX_DESC_LEN);
 }
 
+#[test]
+fn hsdir_cache_store_fetch_expire_and_bounds() {
+    use super::cache::*;
+    let s = svc();
+    let points = ipts(1);
+    let build = |rev| {
+        build_descriptor(
+            &DescriptorInput::new(&s.blinded, &s.signing, rev, NOW, &points),
+            &mut OsRng,
+        )
+        .expect("b")
+    };
+    let (d5, d6) = (build(5), build(6));
+    let mut c = HsDirCache::new(2, 200_000);
+    c.store(&d5, NOW).expect("stored");
+    assert_eq!(c.get(s.blinded.public(), NOW), Some(d5.as_str()));
+    assert_eq!(
+        c.store(&d5, NOW),
+        Err(StoreError::NotNewer { have: 5, got: 5 })
+    );
+    c.store(&d6, NOW).expect("newer replaces");
+    assert_eq!(c.len(), 1);
+    assert_eq!(c.bytes(), d6.len());
+    assert!(matches!(c.store("junk", NOW), Err(StoreError::Invalid(_))));
+    // Lifetime 180 minutes.
+    assert_eq!(c.get(s.blinded.public(), NOW + 180 * 60), None);
+    c.expire(NOW + 180 * 60);
+    assert!(c.is_empty() && c.bytes() == 0);
+    // Entry bound: a third service evicts the soonest-expiring one.
+    let (a, b, d) = (svc(), svc(), svc());
+    for (i, x) in [&a, &b, &d].into_iter().enumerate() {
+        let t = build_descriptor(
+            &DescriptorInput::new(&x.blinded, &x.signing, 1, NOW, &points),
+            &mut OsRng,
+        )
+        .expect("b");
+        c.store(&t, NOW + i as u64).expect("stored");
+    }
+    assert_eq!(c.len(), 2);
+    assert!(c.get(a.blinded.public(), NOW + 10).is_none());
+    assert!(c.get(d.blinded.public(), NOW + 10).is_some());
+    // Byte bound.
+    // Byte bound (at least 50 000 bytes): descriptors of ~20 KB, the
+    // soonest-expiring go first.
+    let mut small = HsDirCache::new(10, 0);
+    for (i, x) in [&s, &a, &b, &d].into_iter().enumerate() {
+        let t = build_descriptor(
+            &DescriptorInput::new(&x.blinded, &x.signing, 9, NOW, &points),
+            &mut OsRng,
+        )
+        .expect("b");
+        small.store(&t, NOW + i as u64).expect("stored");
+        assert!(small.bytes() <= MAX_DESC_LEN);
+    }
+    assert!(small.len() < 4);
+    assert!(small.get(d.blinded.public(), NOW).is_some());
+    // Paths.
+    let p = fetch_path(s.blinded.public());
+    assert_eq!(p.len(), FETCH_PREFIX.len() + 43);
+    assert_eq!(parse_fetch_path(&p), Some(*s.blinded.public()));
+    assert_eq!(
+        parse_fetch_path(&format!("{p}=")),
+        Some(*s.blinded.public())
+    );
+    assert_eq!(parse_fetch_path("/tor/hs/3/abc"), None);
+    assert_eq!(parse_fetch_path(PUBLISH_PATH), None);
+}
+
 mod arti_vectors {
     use super::*;
     use tor_netdoc::doc::hsdesc::test_data as td;
