@@ -6,6 +6,7 @@
 //! | module | what it owns |
 //! |---|---|
 //! | [`addr`] | [`OnionAddress`]: v3 addresses (codec in `onionmix_frontend::addr`) |
+//! | [`auth`] | client-authorization key files in tor's formats (`.auth`, `.auth_private`) |
 //! | [`error`] | client failures and their SOCKS5 extended errors (prop 304) |
 //! | [`time`] | time periods, the SRV schedule, `hsdir_interval`, lifetimes |
 //! | [`keys`] | identity keys (tor's key files), blinding, subcredentials, type-08 certs, revision counters |
@@ -22,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+pub mod auth;
 pub mod desc;
 pub mod error;
 pub mod intro;
