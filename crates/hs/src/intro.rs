@@ -12,8 +12,8 @@
 //! * client: [`build_introduce1`] (padding to tor's 246-byte minimum,
 //!   encryption, MAC); [`rendezvous2_handshake`].
 //!
-//! Replay caches (INTRODUCE2 by encrypted section, PoW nonces) are the
-//! service driver's: bounded tables keyed by the values returned here.
+//! [`ReplayCache`] is the service's bounded INTRODUCE2 replay cache (tor
+//! keeps one per introduction point, keyed on the encrypted section).
 
 use onionmix_cell::CellError;
 use onionmix_cell::hs::{
@@ -309,6 +309,64 @@ pub fn rendezvous2_handshake(info: &[u8]) -> Result<([u8; 32], [u8; 32]), IntroE
         y.try_into().map_err(|_| IntroError::BadHandshakeInfo)?,
         a.try_into().map_err(|_| IntroError::BadHandshakeInfo)?,
     ))
+}
+
+/// A bounded replay cache for INTRODUCE2: remembers a digest of each
+/// encrypted section for `window` seconds, at most `max` of them (the
+/// oldest are forgotten first when full).
+#[derive(Debug)]
+pub struct ReplayCache {
+    seen: std::collections::HashMap<[u8; 32], u64>,
+    order: std::collections::VecDeque<([u8; 32], u64)>,
+    max: usize,
+    window: u64,
+}
+
+impl ReplayCache {
+    /// A cache of at most `max` entries, each kept `window` seconds.
+    pub fn new(max: usize, window: u64) -> Self {
+        Self {
+            seen: std::collections::HashMap::new(),
+            order: std::collections::VecDeque::new(),
+            max: max.max(1),
+            window,
+        }
+    }
+
+    /// Record INTRODUCE2 body `d` received at `now`; `true` if it was seen
+    /// within the window (a replay, to be dropped).
+    pub fn check_and_add(&mut self, d: &[u8], now: u64) -> bool {
+        use sha3::{Digest, Sha3_256};
+        while let Some(&(k, t)) = self.order.front() {
+            if t.saturating_add(self.window) > now && self.order.len() < self.max {
+                break;
+            }
+            self.order.pop_front();
+            if self.seen.get(&k) == Some(&t) {
+                self.seen.remove(&k);
+            }
+        }
+        // The encrypted section (everything after the cleartext header)
+        // identifies the introduction; hashing the whole body is equivalent
+        // for an unmodified relay of it.
+        let key: [u8; 32] = Sha3_256::digest(d).into();
+        if self.seen.contains_key(&key) {
+            return true;
+        }
+        self.seen.insert(key, now);
+        self.order.push_back((key, now));
+        false
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
 }
 
 #[cfg(test)]

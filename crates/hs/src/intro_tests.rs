@@ -180,6 +180,22 @@ fn introduce2_checks() {
     assert_eq!(ack, vec![0, 0, 0]);
 }
 
+#[test]
+fn replay_cache_bounds_and_window() {
+    let mut c = ReplayCache::new(3, 100);
+    assert!(!c.check_and_add(b"a", 0));
+    assert!(c.check_and_add(b"a", 50));
+    assert!(!c.check_and_add(b"b", 60));
+    assert!(!c.check_and_add(b"c", 61));
+    // Full: "a" (oldest) is forgotten to make room.
+    assert!(!c.check_and_add(b"d", 62));
+    assert!(c.len() <= 3);
+    assert!(c.check_and_add(b"d", 63));
+    // After the window everything is forgotten.
+    assert!(!c.check_and_add(b"b", 200));
+    assert_eq!(c.len(), 1);
+}
+
 proptest::proptest! {
     #[test]
     fn intro_point_and_service_parsers_never_panic(d in proptest::collection::vec(proptest::num::u8::ANY, 0..520)) {

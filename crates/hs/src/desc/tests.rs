@@ -349,7 +349,38 @@ mod arti_vectors {
     }
 }
 
+fn valid_descriptor() -> &'static (String, [u8; 32], [u8; 32]) {
+    static D: std::sync::OnceLock<(String, [u8; 32], [u8; 32])> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let s = svc();
+        let points = ipts(2);
+        let t = build_descriptor(
+            &DescriptorInput::new(&s.blinded, &s.signing, 3, NOW, &points),
+            &mut OsRng,
+        )
+        .expect("b");
+        (t, *s.blinded.public(), *s.blinded.subcredential())
+    })
+}
+
 proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn mutated_descriptors_never_panic(edits in proptest::collection::vec((0usize..30_000, proptest::num::u8::ANY), 1..6),
+                                       cut in 0usize..30_000) {
+        let (text, b, sc) = valid_descriptor();
+        let mut bytes = text.as_bytes().to_vec();
+        for (pos, v) in edits {
+            if let Some(x) = bytes.get_mut(pos % text.len()) {
+                *x = v;
+            }
+        }
+        bytes.truncate(cut.max(1));
+        let t = String::from_utf8_lossy(&bytes);
+        let _ = parse_outer(&t, NOW);
+        let _ = decode_descriptor(&t, b, sc, None, NOW);
+    }
+
     #[test]
     fn outer_parser_never_panics(s in "\\PC{0,400}") {
         let _ = parse_outer(&s, NOW);
