@@ -12,6 +12,7 @@
 //! keep them here with property tests over every parser.
 
 pub mod chan;
+pub mod hs;
 pub mod relay;
 
 pub use chan::{CellCodec, ChanCmd, RawCell};

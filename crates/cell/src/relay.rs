@@ -71,6 +71,15 @@ impl RelayCmd {
             13 => "BEGIN_DIR",
             14 => "EXTEND2",
             15 => "EXTENDED2",
+            32 => "ESTABLISH_INTRO",
+            33 => "ESTABLISH_RENDEZVOUS",
+            34 => "INTRODUCE1",
+            35 => "INTRODUCE2",
+            36 => "RENDEZVOUS1",
+            37 => "RENDEZVOUS2",
+            38 => "INTRO_ESTABLISHED",
+            39 => "RENDEZVOUS_ESTABLISHED",
+            40 => "INTRODUCE_ACK",
             43 => "XON",
             44 => "XOFF",
             _ => "UNKNOWN",
@@ -480,7 +489,9 @@ pub enum LinkSpec {
 }
 
 impl LinkSpec {
-    fn write(&self, out: &mut Vec<u8>) {
+    /// Append `LSTYPE LSLEN LSPEC` (an unknown specifier's body is cut to
+    /// 255 bytes).
+    pub fn write(&self, out: &mut Vec<u8>) {
         match self {
             LinkSpec::Ipv4(a) => {
                 out.extend_from_slice(&[0, 6]);
@@ -507,7 +518,8 @@ impl LinkSpec {
             }
         }
     }
-    fn read(r: &mut Reader<'_>) -> Result<Self, CellError> {
+    /// Read one `LSTYPE LSLEN LSPEC`.
+    pub fn read(r: &mut Reader<'_>) -> Result<Self, CellError> {
         let t = r.u8("lstype")?;
         let len = r.u8("lslen")? as usize;
         let b = r.take(len, "lspec")?;

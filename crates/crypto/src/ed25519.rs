@@ -23,7 +23,14 @@ pub struct Ed25519Keypair {
 
 impl Clone for Ed25519Keypair {
     fn clone(&self) -> Self {
-        Self::from_expanded(&self.expanded)
+        Self {
+            expanded: self.expanded.clone(),
+            secret: ExpandedSecretKey {
+                scalar: self.secret.scalar,
+                hash_prefix: self.secret.hash_prefix,
+            },
+            public: self.public,
+        }
     }
 }
 
@@ -58,6 +65,28 @@ impl Ed25519Keypair {
         let mut bytes = Zeroizing::new(*expanded);
         clamp(&mut bytes);
         let secret = ExpandedSecretKey::from_bytes(&bytes);
+        let public = VerifyingKey::from(&secret);
+        Self {
+            expanded: bytes,
+            secret,
+            public,
+        }
+    }
+
+    /// The key pair for a 64-byte expanded secret key whose scalar is used
+    /// as it is (reduced mod the group order, not clamped): blinded
+    /// onion-service keys (rend-spec-v3 A.2) are such scalars, and tor
+    /// uses the scalar of an `hs_ed25519_secret_key` file unchanged too.
+    pub fn from_expanded_unclamped(expanded: &[u8; 64]) -> Self {
+        let bytes = Zeroizing::new(*expanded);
+        let mut scalar = Zeroizing::new([0u8; 32]);
+        scalar.copy_from_slice(&bytes[..32]);
+        let mut hash_prefix = [0u8; 32];
+        hash_prefix.copy_from_slice(&bytes[32..]);
+        let secret = ExpandedSecretKey {
+            scalar: curve25519_dalek::Scalar::from_bytes_mod_order(*scalar),
+            hash_prefix,
+        };
         let public = VerifyingKey::from(&secret);
         Self {
             expanded: bytes,
@@ -143,6 +172,23 @@ pub fn ed25519_from_curve25519_public(curve_pk: &[u8; 32], signbit: u8) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unclamped_expanded_keys_sign_and_clone() {
+        // A scalar with the low bits set (never produced by clamping).
+        let mut e = [7u8; 64];
+        e[31] = 0x05;
+        let kp = Ed25519Keypair::from_expanded_unclamped(&e);
+        assert_eq!(kp.expanded_secret(), &e);
+        let sig = kp.sign(b"m");
+        assert!(verify(&kp.public(), b"m", &sig));
+        let c = kp.clone();
+        assert_eq!(c.public(), kp.public());
+        assert_eq!(c.expanded_secret(), &e);
+        assert!(verify(&c.public(), b"m", &c.sign(b"m")));
+        // Clamping changes the key.
+        assert_ne!(Ed25519Keypair::from_expanded(&e).public(), kp.public());
+    }
 
     /// The identity point as public key, R = identity and S = 0 satisfy
     /// the cofactorless equation for every message; a lenient verifier

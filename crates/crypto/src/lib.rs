@@ -12,6 +12,7 @@
 //! | [`ntor`] | the ntor circuit handshake (tor-spec 5.1.4), client and relay |
 //! | [`ntor_v3`] | the ntor-v3 handshake with extension messages (proposal 332) |
 //! | [`relay_crypto`] | tor1 relay cell crypto (AES-128-CTR + running SHA-1), in place |
+//! | [`relay_crypto_hs`] | the onion-service virtual hop (AES-256-CTR + running SHA3-256) |
 //! | [`ed25519`] | Ed25519 key pairs in tor's expanded form, curve25519 conversion |
 //! | [`certs`] | Ed25519 certificates (cert-spec) and the RSA->Ed25519 cross-certificate |
 //! | [`rsa_id`] | RSA identity / onion keys, fingerprints, tor's raw PKCS#1 signatures |
@@ -30,6 +31,7 @@ pub mod link_auth;
 pub mod ntor;
 pub mod ntor_v3;
 pub mod relay_crypto;
+pub mod relay_crypto_hs;
 pub mod rsa_id;
 pub mod timefmt;
 pub mod x509;
@@ -41,5 +43,6 @@ pub use link_auth::{Auth3Fields, LinkAuthError, PeerIdentity};
 pub use ntor::{CircuitKeys, NtorClient, NtorError, NtorSecretKey, ntor_server};
 pub use ntor_v3::{Ntor3Client, Ntor3Keystream, ntor3_server};
 pub use relay_crypto::{ClientCircuitCrypto, RelayCircuitCrypto, Tor1Layer};
+pub use relay_crypto_hs::{HsCircuitKeys, HsRelayLayer};
 pub use rsa_id::{RsaError, RsaKeypair, RsaPublic};
 pub use x509::{TlsIdentity, X509Cert};
