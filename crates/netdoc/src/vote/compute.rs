@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use onionmix_crypto::timefmt::format_utc;
 
 use super::{
-    CONSENSUS_METHOD, FAR_FUTURE, MAX_UNMEASURED_BW, PROTO_KEYWORDS, RouterEntry, Vote, VoteError,
-    b64_nopad, bandwidth_weights, flags_line, params_line,
+    CONSENSUS_METHOD, FAR_FUTURE, MAX_UNMEASURED_BW, PROTO_KEYWORDS, RouterEntry, SrParams, Vote,
+    VoteError, b64_nopad, bandwidth_weights, flags_line, params_line,
 };
+use crate::srv::{self, SrVoteInfo};
 
 fn most_common<T: Ord + Clone>(items: impl IntoIterator<Item = T>) -> Option<T> {
     let mut counts: BTreeMap<T, usize> = BTreeMap::new();
@@ -31,8 +32,15 @@ fn low_median<T: Ord + Copy>(mut v: Vec<T>) -> Option<T> {
 
 /// The unsigned microdesc consensus computed from `votes` (each verified
 /// by the caller), with `n_authorities` configured authorities. The text
-/// ends after the `bandwidth-weights` line; signatures follow it.
-pub fn compute_consensus(votes: &[Vote], n_authorities: usize) -> Result<String, VoteError> {
+/// ends after the `bandwidth-weights` line; signatures follow it. With
+/// `sr.participate` the `shared-rand-previous-value` and
+/// `shared-rand-current-value` lines follow `params` for the values a
+/// majority of the votes carry ([`srv::majority_srv`]).
+pub fn compute_consensus(
+    votes: &[Vote],
+    n_authorities: usize,
+    sr: SrParams,
+) -> Result<String, VoteError> {
     let need = n_authorities / 2 + 1;
     // One vote per authority.
     let mut by_auth: BTreeMap<[u8; 20], &Vote> = BTreeMap::new();
@@ -87,6 +95,18 @@ pub fn compute_consensus(votes: &[Vote], n_authorities: usize) -> Result<String,
         .collect();
     if !params.is_empty() {
         d.push_str(&format!("params {}\n", params_line(&params)));
+    }
+    // Shared random values right after the params, as tor writes them in
+    // both flavours.
+    if sr.participate {
+        let agreements = params
+            .get(srv::NUM_AGREEMENTS_PARAM)
+            .map(|v| i64::from(*v))
+            .unwrap_or_else(|| srv::default_num_agreements(n_authorities));
+        let infos: Vec<&SrVoteInfo> = votes.iter().map(|v| &v.header.shared_rand).collect();
+        let prev = srv::majority_srv(&infos, false, n_authorities, sr.fresh, agreements);
+        let cur = srv::majority_srv(&infos, true, n_authorities, sr.fresh, agreements);
+        d.push_str(&srv::srv_lines(prev.as_ref(), cur.as_ref()));
     }
     for v in &votes {
         let h = &v.header;

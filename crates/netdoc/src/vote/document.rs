@@ -15,6 +15,7 @@ use super::{
     VoteHeader, b64_nopad, flags_line, malformed, params_line, unb64,
 };
 use crate::authority::AuthCertificate;
+use crate::srv::{self, SrVoteInfo};
 
 /// Build and sign a status vote. `certificate` is the authority's key
 /// certificate text; `signing` its certified signing key.
@@ -51,6 +52,7 @@ pub fn build_vote(
         h.or_port
     ));
     d.push_str(&format!("contact {}\n", h.contact));
+    d.push_str(&h.shared_rand.vote_lines());
     d.push_str(certificate);
     if !certificate.ends_with('\n') {
         d.push('\n');
@@ -200,6 +202,7 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
         known_flags: BTreeSet::new(),
         protocols: Default::default(),
         params: BTreeMap::new(),
+        shared_rand: SrVoteInfo::default(),
     };
     let mut relays: Vec<RouterEntry> = Vec::new();
     let mut seen_source = false;
@@ -322,6 +325,11 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                     }
                 }
             }
+            _ if srv::VOTE_KEYWORDS.contains(&kw) => {
+                h.shared_rand
+                    .take_line(kw, rest)
+                    .map_err(|e| malformed(W, e.to_string()))?;
+            }
             _ => {
                 if let Some(i) = PROTO_KEYWORDS.iter().position(|k| *k == kw) {
                     h.protocols[i] = rest.to_string();
@@ -329,6 +337,7 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
             }
         }
     }
+    h.shared_rand.finish();
     if !seen_source {
         return Err(malformed(W, "no dir-source"));
     }

@@ -34,6 +34,7 @@ use base64::Engine;
 use sha2::{Digest as _, Sha256};
 
 use crate::authority::AuthCertificate;
+use crate::srv::SrVoteInfo;
 
 pub use compute::compute_consensus;
 pub use document::{build_vote, parse_vote};
@@ -212,6 +213,22 @@ pub struct VoteHeader {
     pub protocols: [String; 4],
     /// Consensus parameters.
     pub params: BTreeMap<String, i32>,
+    /// Shared randomness: participation, commits and reveals, SRVs
+    /// (written after `contact`, as tor writes them).
+    pub shared_rand: SrVoteInfo,
+}
+
+/// How this authority takes part in the shared-random lines of the
+/// consensus it computes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SrParams {
+    /// Run the protocol (tor's `AuthDirSharedRandomness`): without it the
+    /// consensus carries no SRV.
+    pub participate: bool,
+    /// This authority computed the current SRV in this round and no
+    /// consensus has carried it yet: it then needs
+    /// `AuthDirNumSRVAgreements` votes, not only a majority.
+    pub fresh: bool,
 }
 
 const PROTO_KEYWORDS: [&str; 4] = [

@@ -2,6 +2,7 @@
 use super::*;
 use crate::authority::AuthorityConfig;
 use crate::consensus::{ConsensusError, TimeTolerance, UnverifiedConsensus};
+use crate::srv::{Commit, SharedRandom, SrVoteInfo};
 use onionmix_crypto::keys::AuthorityKeys;
 use onionmix_crypto::rsa_id::RsaKeypair;
 use std::sync::OnceLock;
@@ -66,6 +67,32 @@ fn header(k: &AuthorityKeys, i: usize) -> VoteHeader {
         params: [("cbttestfreq".to_string(), 10 + i as i32)]
             .into_iter()
             .collect(),
+        shared_rand: sr_info(k, i),
+    }
+}
+
+fn sr_value(letter: u8) -> SharedRandom {
+    SharedRandom {
+        num_reveals: 3,
+        value: [letter; 32],
+    }
+}
+
+/// Every authority participates with its commit (and reveal); all agree
+/// on the previous value 'P'; the current value is 'C' except for the
+/// third authority's 'X'.
+fn sr_info(k: &AuthorityKeys, i: usize) -> SrVoteInfo {
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(i as u64);
+    SrVoteInfo {
+        participate: true,
+        commits: vec![Commit::generate(
+            k.identity.public().fingerprint(),
+            NOW - 240,
+            &mut rng,
+        )],
+        previous: Some(sr_value(b'P')),
+        current: Some(sr_value(if i == 2 { b'X' } else { b'C' })),
     }
 }
 
@@ -103,6 +130,9 @@ fn votes_round_trip_and_tampering_is_caught() {
     assert_eq!(v.header.nickname, "omauth0");
     assert_eq!(v.relays.len(), 4);
     assert_eq!(v.relays[0], entry(1, RGFV));
+    // The shared-random lines come back as written.
+    assert_eq!(v.header.shared_rand, sr_info(&keys()[0], 0));
+    assert!(texts[0].contains("\ncontact test@example.invalid\nshared-rand-participate\n"));
     let bad = texts[0].replace("relay1", "relayX");
     assert!(matches!(
         parse_vote(&bad, now()),
@@ -123,11 +153,14 @@ fn consensus_from_votes_verifies_with_the_client_code() {
         .iter()
         .map(|t| parse_vote(t, now()).unwrap())
         .collect();
-    let body = compute_consensus(&votes, 3).unwrap();
+    let body = compute_consensus(&votes, 3, SrParams::default()).unwrap();
     // Every authority computes the same text from the same votes.
     let mut rev = votes.clone();
     rev.reverse();
-    assert_eq!(compute_consensus(&rev, 3).unwrap(), body);
+    assert_eq!(
+        compute_consensus(&rev, 3, SrParams::default()).unwrap(),
+        body
+    );
     let sigs: Vec<ConsensusSignature> = keys()
         .iter()
         .map(|k| sign_consensus(&body, k.identity.public().fingerprint(), &k.signing).unwrap())
@@ -168,9 +201,9 @@ fn consensus_from_votes_verifies_with_the_client_code() {
     );
 
     // Two votes of three are a majority; one is not.
-    assert!(compute_consensus(&votes[..2], 3).is_ok());
+    assert!(compute_consensus(&votes[..2], 3, SrParams::default()).is_ok());
     assert_eq!(
-        compute_consensus(&votes[..1], 3),
+        compute_consensus(&votes[..1], 3, SrParams::default()),
         Err(VoteError::NotEnoughVotes { have: 1, need: 2 })
     );
 }
@@ -181,7 +214,7 @@ fn detached_signatures_round_trip() {
         .iter()
         .map(|t| parse_vote(t, now()).unwrap())
         .collect();
-    let body = compute_consensus(&votes, 3).unwrap();
+    let body = compute_consensus(&votes, 3, SrParams::default()).unwrap();
     let k = &keys()[1];
     let sig = sign_consensus(&body, k.identity.public().fingerprint(), &k.signing).unwrap();
     let doc = build_detached(NOW, NOW + 300, NOW + 900, &body, &sig);
@@ -288,4 +321,101 @@ fn protocol_lines_are_stock_minus_what_onionmix_lacks() {
             );
         }
     }
+}
+
+fn parsed_votes(texts: &[String]) -> Vec<Vote> {
+    texts
+        .iter()
+        .map(|t| parse_vote(t, now()).unwrap())
+        .collect()
+}
+
+fn consensus_of(body: &str) -> crate::Consensus {
+    let k = &keys()[0];
+    let sig = sign_consensus(body, k.identity.public().fingerprint(), &k.signing).unwrap();
+    UnverifiedConsensus::parse(&assemble_consensus(body, &[sig]))
+        .unwrap()
+        .dangerously_assume_verified()
+}
+
+#[test]
+fn consensus_carries_the_srvs_a_majority_voted() {
+    let votes = parsed_votes(&votes());
+    let sr = SrParams {
+        participate: true,
+        fresh: false,
+    };
+    let body = compute_consensus(&votes, 3, sr).unwrap();
+    // After params, before the authority sections, previous first.
+    let p = body.find("\nparams ").unwrap();
+    let prev = body.find("\nshared-rand-previous-value 3 ").unwrap();
+    let cur = body.find("\nshared-rand-current-value 3 ").unwrap();
+    let ds = body.find("\ndir-source ").unwrap();
+    assert!(p < prev && prev < cur && cur < ds, "{body}");
+    // The client code reads them (through tor-netdoc).
+    let c = consensus_of(&body);
+    assert_eq!(c.shared_rand_previous(), Some(&sr_value(b'P')));
+    assert_eq!(c.shared_rand_current(), Some(&sr_value(b'C')));
+
+    // A fresh SRV needs AuthDirNumSRVAgreements (default 2 of 3: 'C' has
+    // 2); with the parameter at 3 only the previous value (3 votes) stays.
+    let fresh = SrParams {
+        participate: true,
+        fresh: true,
+    };
+    let c = consensus_of(&compute_consensus(&votes, 3, fresh).unwrap());
+    assert_eq!(c.shared_rand_current(), Some(&sr_value(b'C')));
+    let strict: Vec<String> = keys()
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mut h = header(k, i);
+            h.params.insert("AuthDirNumSRVAgreements".into(), 3);
+            build_vote(&h, &[entry(1, RGFV)], &k.certificate, &k.signing).unwrap()
+        })
+        .collect();
+    let strict = parsed_votes(&strict);
+    let body = compute_consensus(&strict, 3, fresh).unwrap();
+    assert!(body.contains("AuthDirNumSRVAgreements=3"));
+    let c = consensus_of(&body);
+    assert_eq!(c.shared_rand_previous(), Some(&sr_value(b'P')));
+    assert_eq!(c.shared_rand_current(), None);
+    // Not fresh: a majority is enough even then.
+    let c = consensus_of(&compute_consensus(&strict, 3, sr).unwrap());
+    assert_eq!(c.shared_rand_current(), Some(&sr_value(b'C')));
+
+    // Only one vote of three with 'C' (the others have none): no majority.
+    let mut few = votes.clone();
+    few[1].header.shared_rand.current = None;
+    let c = consensus_of(&compute_consensus(&few, 3, sr).unwrap());
+    assert_eq!(c.shared_rand_current(), None);
+    assert_eq!(c.shared_rand_previous(), Some(&sr_value(b'P')));
+
+    // An authority that does not take part writes no SRV lines.
+    let body = compute_consensus(&votes, 3, SrParams::default()).unwrap();
+    assert!(!body.contains("shared-rand"));
+}
+
+#[test]
+fn malformed_shared_random_lines_invalidate_a_vote() {
+    let k = &keys()[0];
+    let good = build_vote(&header(k, 0), &[entry(1, RGFV)], &k.certificate, &k.signing).unwrap();
+    assert!(parse_vote(&good, now()).is_ok());
+    // Two commits for one authority (re-signed so only the SR part is wrong).
+    let mut h = header(k, 0);
+    let c = h.shared_rand.commits[0].clone();
+    let line = format!("shared-rand-commit {}\n", c.to_args());
+    let text = build_vote(&h, &[entry(1, RGFV)], &k.certificate, &k.signing).unwrap();
+    let twice = text.replacen(&line, &format!("{line}{line}"), 1);
+    assert_ne!(twice, text);
+    assert!(parse_vote(&twice, now()).is_err());
+    // A current value that does not decode.
+    h.shared_rand.current = None;
+    let text = build_vote(&h, &[entry(1, RGFV)], &k.certificate, &k.signing).unwrap();
+    let bad = text.replacen(
+        "shared-rand-previous-value 3 ",
+        "shared-rand-current-value 3 x\nshared-rand-previous-value 3 ",
+        1,
+    );
+    assert!(parse_vote(&bad, now()).is_err());
 }

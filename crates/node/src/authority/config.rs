@@ -62,6 +62,29 @@ pub struct AuthorityConfig {
     /// Consensus parameters this authority votes for.
     #[serde(default)]
     pub params: BTreeMap<String, i32>,
+    /// Run the shared-random protocol (tor's `AuthDirSharedRandomness`,
+    /// default on): vote `shared-rand-*` lines and put the agreed SRVs in
+    /// the consensus.
+    #[serde(default = "yes")]
+    pub shared_randomness: bool,
+    /// Uptime a relay needs for the HSDir flag (tor's
+    /// `MinUptimeHidServDirectoryV2`; default 96 hours, 0 with
+    /// `testing_network`).
+    #[serde(default)]
+    pub min_uptime_hsdir_secs: Option<u64>,
+    /// Testing networks only: relays (`*`, nicknames, fingerprints) voted
+    /// HSDir whatever their descriptor says (tor's
+    /// `TestingDirAuthVoteHSDir`).
+    #[serde(default)]
+    pub testing_vote_hsdir: Vec<String>,
+    /// Testing networks only: no HSDir flag for relays not in
+    /// `testing_vote_hsdir` (tor's `TestingDirAuthVoteHSDirIsStrict`).
+    #[serde(default)]
+    pub testing_vote_hsdir_is_strict: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_contact() -> String {

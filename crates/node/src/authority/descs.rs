@@ -39,13 +39,11 @@ impl Authority {
         } else if st.descs.len() >= self.cfg.max_relays {
             return Err("too many relays".into());
         }
-        let reachable_at = st.descs.get(&d.rsa_id).and_then(|o| {
-            if o.desc.address == d.address && o.desc.or_port == d.or_port {
-                o.reachable_at
-            } else {
-                None
-            }
-        });
+        let (reachable_at, reachable_since) = st
+            .descs
+            .get(&d.rsa_id)
+            .filter(|o| o.desc.address == d.address && o.desc.or_port == d.or_port)
+            .map_or((None, None), |o| (o.reachable_at, o.reachable_since));
         st.mds.insert(md_digest, microdesc);
         st.descs.insert(
             d.rsa_id,
@@ -54,6 +52,7 @@ impl Authority {
                 md_digest,
                 policy_summary: summary,
                 reachable_at,
+                reachable_since,
             },
         );
         Ok("Descriptor accepted")
@@ -104,9 +103,11 @@ impl Authority {
         if let Some(s) = st.descs.get_mut(&id) {
             if ok {
                 s.reachable_at = Some(Instant::now());
+                s.reachable_since.get_or_insert_with(Instant::now);
                 self.dir_known
                     .learn(IpAddr::V4(s.desc.address), Instant::now());
             } else {
+                s.reachable_since = None;
                 debug!(
                     "reachability test of {} failed",
                     hex::encode_upper(&id[..4])

@@ -24,8 +24,10 @@
 
 mod config;
 mod descs;
+mod flags;
 pub mod http;
 mod serve;
+mod srv;
 mod voting;
 
 #[cfg(test)]
@@ -70,6 +72,9 @@ struct Stored {
     policy_summary: String,
     /// Last successful reachability test.
     reachable_at: Option<Instant>,
+    /// Since when every reachability test succeeded (tor's rephist
+    /// uptime, for the HSDir flag).
+    reachable_since: Option<Instant>,
 }
 
 /// The consensus being assembled for one `valid-after`.
@@ -116,6 +121,10 @@ pub struct Authority {
     /// Addresses of the other authorities and of relays that passed a
     /// reachability test: they may use the DirPort's reserved slots.
     dir_known: KnownAddrs,
+    /// Shared-random protocol state (`sr-state` in the data directory).
+    sr: Mutex<onionmix_netdoc::srv::SrState>,
+    /// When this authority started.
+    started: Instant,
 }
 
 fn hex20(s: &str) -> Option<[u8; 20]> {
@@ -147,7 +156,11 @@ impl Authority {
             .collect();
         let dir_known = KnownAddrs::new(fixed, cfg.max_relays.saturating_mul(2));
         let dir_admission = Admission::new(AdmissionConfig::dirport(cfg.dirport_max_conns));
+        let ids: Vec<[u8; 20]> = peers.iter().map(|p| p.0).collect();
+        let sr = Mutex::new(srv::load(&cfg, v3ident, &ids));
         let me = Arc::new(Authority {
+            sr,
+            started: Instant::now(),
             cfg,
             v3ident,
             peers,

@@ -8,43 +8,10 @@ use tracing::{debug, info, warn};
 
 use onionmix_netdoc::vote::{self, RouterEntry, Vote, VoteHeader};
 
-use super::{Authority, PEER_TIMEOUT, Pending, Stored, consensus_md_digests, http};
+use super::{Authority, PEER_TIMEOUT, Pending, consensus_md_digests, http};
 use crate::clock::now_unix;
 
 impl Authority {
-    fn running_window(&self) -> Duration {
-        Duration::from_secs(self.cfg.reachability_interval_secs * 3 + 10)
-    }
-
-    pub(super) fn flags_for(&self, s: &Stored) -> std::collections::BTreeSet<String> {
-        let mut f = std::collections::BTreeSet::new();
-        let running = s
-            .reachable_at
-            .is_some_and(|t| t.elapsed() <= self.running_window());
-        let testing = self.cfg.testing_network;
-        let bw = s.desc.bandwidth.0.min(s.desc.bandwidth.2);
-        let fast = testing || bw >= 100 * 1000;
-        let stable = testing || s.desc.uptime >= 5 * 86400;
-        let v2dir = s.desc.tunnelled_dir_server;
-        let summary = onionmix_proto::exitpolicy::PortSummary::parse(&s.policy_summary).ok();
-        let exit = summary.is_some_and(|p| p.allows(80) && p.allows(443));
-        let mut add = |c: bool, n: &str| {
-            if c {
-                f.insert(n.to_string());
-            }
-        };
-        add(running, "Running");
-        add(true, "Valid");
-        add(fast, "Fast");
-        add(stable, "Stable");
-        add(v2dir, "V2Dir");
-        add(fast && stable && v2dir, "Guard");
-        add(exit, "Exit");
-        add(v2dir && stable, "HSDir");
-        add(self.is_authority_relay(&s.desc.rsa_id), "Authority");
-        f
-    }
-
     fn schedule(&self, valid_after: u64) -> (u64, u64, u64) {
         let i = self.cfg.voting_interval_secs;
         (valid_after, valid_after + i, valid_after + 3 * i)
@@ -105,6 +72,7 @@ impl Authority {
             .collect(),
             protocols: vote::default_protocol_lines(),
             params: self.cfg.params.clone(),
+            shared_rand: self.sr_vote_info(va),
         };
         vote::build_vote(&h, &relays, &self.keys.certificate, &self.keys.signing)
             .map_err(|e| e.to_string())
@@ -230,8 +198,9 @@ impl Authority {
             return Err("no votes for this period".into());
         }
         let votes: Vec<Vote> = st.votes.values().map(|v| v.0.clone()).collect();
+        let sr = self.sr_take_votes(valid_after, &votes);
         let body =
-            vote::compute_consensus(&votes, self.n_authorities()).map_err(|e| e.to_string())?;
+            vote::compute_consensus(&votes, self.n_authorities(), sr).map_err(|e| e.to_string())?;
         let sig = vote::sign_consensus(&body, self.v3ident, &self.keys.signing)
             .map_err(|e| e.to_string())?;
         let (va, fu, vu) = self.schedule(valid_after);
@@ -324,6 +293,9 @@ impl Authority {
         let mut voted = 0u64;
         let mut computed = 0u64;
         let mut published = 0u64;
+        // The shared-random state was prepared for the next round at
+        // start-up; it advances at every round boundary after that.
+        let mut sr_advanced = now_unix() / i * i;
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let now = now_unix();
@@ -356,6 +328,10 @@ impl Authority {
             if published != this && computed == this {
                 published = this;
                 self.publish(this);
+            }
+            if sr_advanced != this {
+                sr_advanced = this;
+                self.sr_after_consensus(this);
             }
             self.publish_late();
         }
