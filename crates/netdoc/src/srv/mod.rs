@@ -480,9 +480,9 @@ impl SrVoteInfo {
 
     /// Take one vote line: returns `Ok(false)` when `kw` is not a
     /// shared-random keyword. A commit that does not parse is skipped
-    /// (tor: "unable to parse commit", the vote stays valid); two commits
-    /// for one authority, two values of a kind, or a malformed value make
-    /// the vote invalid.
+    /// (tor: "unable to parse commit", the vote stays valid), and of two
+    /// commits for one authority only the first counts (dir-spec §3.4.1);
+    /// two values of a kind or a malformed value make the vote invalid.
     pub fn take_line(&mut self, kw: &str, args: &str) -> Result<bool, SrvError> {
         match kw {
             "shared-rand-participate" => self.participate = true,
@@ -493,9 +493,10 @@ impl SrVoteInfo {
                 match Commit::parse_args(args) {
                     Ok(c) => {
                         if self.commits.iter().any(|o| o.identity == c.identity) {
-                            return Err(malformed("vote", "two commits for one authority"));
+                            tracing::debug!("ignoring a second commit for one authority");
+                        } else {
+                            self.commits.push(c);
                         }
-                        self.commits.push(c);
                     }
                     Err(e) => tracing::debug!("skipping a shared-rand-commit line: {e}"),
                 }
