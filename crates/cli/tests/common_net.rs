@@ -52,13 +52,17 @@ pub fn onionmix_cmd() -> std::process::Command {
 
 /// Start a built-in network in `dir` with the test binary.
 pub fn start(spec: &str, dir: &Path) -> NetworkGuard {
-    let spec = Spec::load(spec).expect("spec");
+    start_spec(&Spec::load(spec).expect("spec"), dir)
+}
+
+/// Start a network from a (possibly modified) spec in `dir`.
+pub fn start_spec(spec: &Spec, dir: &Path) -> NetworkGuard {
     let mut opts = LaunchOptions::new(env!("CARGO_BIN_EXE_onionmix").into());
     // The spec's bootstrap limit is a user default; tests allow for a
     // loaded 2-core machine (the behaviour is what they check, not the time).
     opts.timeout = Some(TEST_BOOTSTRAP_TIMEOUT);
     let net =
-        launcher::start(&spec, dir, &opts).unwrap_or_else(|e| panic!("network start failed: {e}"));
+        launcher::start(spec, dir, &opts).unwrap_or_else(|e| panic!("network start failed: {e}"));
     NetworkGuard(Some(net))
 }
 

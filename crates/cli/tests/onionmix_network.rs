@@ -8,10 +8,18 @@
 //!   at the exit) are verified; a relay killed mid-transfer gives the
 //!   client a clean error, the next request succeeds, and the relay leaves
 //!   the consensus; a restarted authority serves its saved consensus at
-//!   once and goes on voting.
+//!   once and goes on voting, with the same shared-random commitment if
+//!   the protocol run is still the same.
 //! - `tor-client-onionmix-network`: stock tor relays upload to onionmix
 //!   authorities and are listed; the stock tor client bootstraps from the
-//!   onionmix consensus and carries a verified download.
+//!   onionmix consensus and carries a verified download. With 10 s voting
+//!   rounds (a shared-random run is 240 s) the authorities complete a
+//!   shared-random protocol run: the consensus gets an SRV from all three
+//!   reveals, every authority serves the same value, and the stock tor
+//!   client, which took that consensus, reports the same current and
+//!   previous SRV (`GETINFO sr/current`, `sr/previous`) and still carries
+//!   a download; the stock relays (hidden-service-dir, HSDir=2) get the
+//!   HSDir flag and onionmix's (no HSDir support yet) do not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
@@ -21,10 +29,14 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime};
 
 use common_net::{start, tor_available};
-use onionmix_netdoc::{AuthCertificate, AuthorityConfig, TimeTolerance, UnverifiedConsensus};
+use onionmix_netdoc::srv;
+use onionmix_netdoc::{
+    AuthCertificate, AuthorityConfig, SharedRandom, TimeTolerance, UnverifiedConsensus,
+};
 use onionmix_testbed::launcher::http_get_plain;
 use onionmix_testbed::netinfo::{NetworkInfo, NodeInfo};
 use onionmix_testbed::proc;
+use onionmix_testbed::spec::Spec;
 
 struct Extra(Child);
 impl Drop for Extra {
@@ -359,6 +371,7 @@ fn onionmix_basic_network() {
     // voting with the others.
     let a0 = node(&info, "omauth0").clone();
     let before = common_net::dir_get(auth0, "/tor/status-vote/current/consensus-microdesc");
+    let commit_before = own_commit(&a0, auth0);
     assert!(proc::stop(a0.pid, a0.start_time, Duration::from_secs(5)));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_onionmix"));
     cmd.arg("authority")
@@ -378,7 +391,38 @@ fn onionmix_basic_network() {
         },
     );
     assert!(verify(&info, auth0, &newer) >= 2);
+    // Shared randomness survived the restart: within the same protocol
+    // run the restarted authority votes the commitment it made before.
+    let (vote_va, commit_after) = own_commit(&a0, auth0);
+    if let (_, Some(b)) = &commit_before
+        && srv::run_start(b.timestamp(), 20) == srv::run_start(vote_va, 20)
+    {
+        let a = commit_after.expect("the restarted authority's commitment");
+        assert!(a.same_commitment(b), "a second commitment in one run");
+        eprintln!(
+            "restarted authority kept its commitment of {}",
+            b.timestamp()
+        );
+    } else {
+        eprintln!("the restart crossed into a new shared-random run");
+    }
     download(&info, socks, "onionmix client after the authority restart");
+}
+
+/// The valid-after of the vote the authority serves and its own
+/// `shared-rand-commit` in it (the vote verified and parsed).
+fn own_commit(a: &NodeInfo, addr: SocketAddr) -> (u64, Option<srv::Commit>) {
+    let text = common_net::dir_get(addr, "/tor/status-vote/current/authority");
+    let v = onionmix_netdoc::vote::parse_vote(&text, SystemTime::now()).expect("vote");
+    assert!(v.header.shared_rand.participate);
+    let me = a.v3ident.clone().unwrap();
+    let own = v
+        .header
+        .shared_rand
+        .commits
+        .into_iter()
+        .find(|c| hex::encode_upper(c.identity()) == me);
+    (v.header.valid_after, own)
 }
 
 #[test]
@@ -391,8 +435,12 @@ fn stock_tor_client_on_onionmix_authorities() {
     let dir = tmp.path().join("net");
     // The launcher waits until the consensus lists every relay (the stock
     // relay and exit included) and every client, stock tor's too, has
-    // carried a round trip to the sink.
-    let net = start("tor-client-onionmix-network", &dir);
+    // carried a round trip to the sink. 10 s voting rounds: a
+    // shared-random protocol run takes 240 s.
+    let mut spec = Spec::load("tor-client-onionmix-network").unwrap();
+    spec.voting_interval_secs = Some(10);
+    let t0 = Instant::now();
+    let net = common_net::start_spec(&spec, &dir);
     let info = net.info().clone();
     let auth0 = node(&info, "omauth0").dir_addr().unwrap();
     let cons = common_net::dir_get(auth0, "/tor/status-vote/current/consensus-microdesc");
@@ -406,4 +454,108 @@ fn stock_tor_client_on_onionmix_authorities() {
     download(&info, socks, "stock tor client over onionmix authorities");
     let socks = node(&info, "omclient0").socks_addr().unwrap();
     download(&info, socks, "onionmix client over the same network");
+    hsdir_flags(&info, &cons);
+    shared_random(&info, t0);
+}
+
+fn has_flag(cons: &str, name: &str, flag: &str) -> bool {
+    let Some(at) = cons.find(&format!("\nr {name} ")) else {
+        return false;
+    };
+    cons[at + 1..]
+        .lines()
+        .find(|l| l.starts_with("s "))
+        .is_some_and(|s| s.split(' ').any(|f| f == flag))
+}
+
+/// Stock relays say `hidden-service-dir` and `HSDir=2`: HSDir; onionmix
+/// relays (no onion-service directory yet) say neither: no HSDir.
+fn hsdir_flags(info: &NetworkInfo, cons: &str) {
+    let auth0 = node(info, "omauth0").dir_addr().unwrap();
+    for stock in ["relay0", "exit0"] {
+        let fp = node(info, stock).fingerprint.clone().unwrap();
+        let desc = common_net::dir_get(auth0, &format!("/tor/server/fp/{fp}"));
+        assert!(desc.contains("\nhidden-service-dir\n"), "{stock}: {desc}");
+        assert!(has_flag(cons, stock, "HSDir"), "{stock} without HSDir");
+    }
+    for ours in ["omrelay0", "omrelay1", "omexit0", "omauth0"] {
+        assert!(has_flag(cons, ours, "Running"), "{ours} not running");
+        assert!(!has_flag(cons, ours, "HSDir"), "{ours} has HSDir");
+    }
+}
+
+/// The (previous, current) SRVs of a consensus, read by the client code.
+fn srvs(info: &NetworkInfo, auth: SocketAddr, cons: &str) -> (Option<SharedRandom>, SharedRandom) {
+    verify(info, auth, cons);
+    let c = UnverifiedConsensus::parse(cons)
+        .unwrap()
+        .dangerously_assume_verified();
+    let cur = *c.shared_rand_current().expect("a current SRV");
+    assert!(cons.contains(&format!("\nshared-rand-current-value {}\n", cur.to_args())));
+    (c.shared_rand_previous().copied(), cur)
+}
+
+fn shared_random(info: &NetworkInfo, t0: Instant) {
+    let auths: Vec<SocketAddr> = ["omauth0", "omauth1", "omauth2"]
+        .iter()
+        .map(|a| node(info, a).dir_addr().unwrap())
+        .collect();
+    // Every authority takes part.
+    for a in &auths {
+        let vote = common_net::dir_get(*a, "/tor/status-vote/current/authority");
+        assert!(vote.contains("\nshared-rand-participate\n"), "{vote}");
+    }
+    // A protocol run in which all three committed and revealed: at most
+    // the rest of the run the network started in plus a whole run (2 x
+    // 240 s), with room for a loaded machine.
+    let full = wait_for("a consensus with an SRV from 3 reveals", 600, || {
+        consensus(auths[0]).filter(|c| c.contains("\nshared-rand-current-value 3 "))
+    });
+    eprintln!(
+        "shared-rand-current-value from 3 reveals {:?} after the network started ({})",
+        t0.elapsed(),
+        valid_after(&full)
+    );
+    let (prev, cur) = srvs(info, auths[0], &full);
+    assert_eq!(cur.num_reveals, 3);
+    // Every authority computed and serves the same value.
+    for a in &auths[1..] {
+        let c = wait_for("every authority serves the same SRV", 60, || {
+            consensus(*a)
+                .filter(|c| c.contains(&format!("shared-rand-current-value {}", cur.to_args())))
+        });
+        assert_eq!(srvs(info, *a, &c), (prev, cur));
+    }
+    // Stock tor took that consensus and reports the same values.
+    let client = node(info, "client0");
+    let control = SocketAddr::new(
+        client.address.parse().unwrap(),
+        client.control_port.unwrap(),
+    );
+    let cookie = client.data_dir.join("control_auth_cookie");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ask = |key: &str| {
+        rt.block_on(onionmix_testbed::torctl::getinfo(
+            control,
+            &cookie,
+            key,
+            Duration::from_secs(10),
+        ))
+        .unwrap_or_else(|e| panic!("GETINFO {key}: {e}"))
+    };
+    wait_for("stock tor reports our current SRV", 120, || {
+        (ask("sr/current") == cur.encoded()).then_some(())
+    });
+    assert_eq!(
+        ask("sr/previous"),
+        prev.map(|p| p.encoded()).unwrap_or_default(),
+        "sr/previous"
+    );
+    eprintln!(
+        "stock tor: sr/current {} sr/previous {:?}",
+        cur.encoded(),
+        prev.map(|p| p.encoded())
+    );
+    let socks = client.socks_addr().unwrap();
+    download(info, socks, "stock tor client after the SRV consensus");
 }

@@ -22,6 +22,7 @@ use tor_netdoc::types::KeywordOrString;
 use tor_netdoc::types::relay_flags::RelayFlag;
 
 use crate::authority::{AuthCertificate, AuthorityConfig};
+use crate::srv::SharedRandom;
 use crate::types::{Protocols, RelayFlags};
 use crate::{MdDigest, RsaId};
 
@@ -401,7 +402,15 @@ impl UnverifiedConsensus {
             };
             s.parse().unwrap_or_default()
         };
+        let srv = |s: Option<&tor_netdoc::doc::netstatus::SharedRandStatus>| {
+            s.map(|s| SharedRandom {
+                num_reveals: u64::from(s.n_reveals),
+                value: (*s.value()).into(),
+            })
+        };
         Consensus {
+            shared_rand_previous: srv(c.shared_rand_prev()),
+            shared_rand_current: srv(c.shared_rand_cur()),
             lifetime: self.lifetime,
             params,
             bandwidth_weights,
@@ -514,6 +523,8 @@ pub struct Consensus {
     recommended_relay_protocols: Protocols,
     relays: Vec<ConsensusRelay>,
     signed_by: Vec<RsaId>,
+    shared_rand_previous: Option<SharedRandom>,
+    shared_rand_current: Option<SharedRandom>,
 }
 
 impl Consensus {
@@ -545,7 +556,21 @@ impl Consensus {
             recommended_relay_protocols: Protocols::default(),
             relays,
             signed_by: Vec::new(),
+            shared_rand_previous: None,
+            shared_rand_current: None,
         }
+    }
+
+    /// The same consensus with these shared random values (tests,
+    /// simulations).
+    pub fn with_shared_rand(
+        mut self,
+        previous: Option<SharedRandom>,
+        current: Option<SharedRandom>,
+    ) -> Consensus {
+        self.shared_rand_previous = previous;
+        self.shared_rand_current = current;
+        self
     }
 
     /// valid-after / fresh-until / valid-until.
@@ -606,6 +631,15 @@ impl Consensus {
     /// (empty for unverified/synthetic consensuses).
     pub fn signed_by(&self) -> &[RsaId] {
         &self.signed_by
+    }
+    /// `shared-rand-current-value`: the shared random value of the
+    /// current protocol run, if the authorities agreed on one.
+    pub fn shared_rand_current(&self) -> Option<&SharedRandom> {
+        self.shared_rand_current.as_ref()
+    }
+    /// `shared-rand-previous-value`: the value of the run before.
+    pub fn shared_rand_previous(&self) -> Option<&SharedRandom> {
+        self.shared_rand_previous.as_ref()
     }
     /// Microdescriptor digests of all listed relays.
     pub fn md_digests(&self) -> impl Iterator<Item = &MdDigest> {

@@ -28,6 +28,7 @@ pub mod microdesc;
 pub mod netdir;
 pub mod path;
 pub mod routerdesc;
+pub mod srv;
 pub mod types;
 pub mod vote;
 
@@ -40,6 +41,7 @@ pub use guards::{GuardParams, GuardSet, GuardStateError};
 pub use microdesc::{Microdesc, MicrodescBatch, MicrodescError, parse_microdescs};
 pub use netdir::{BandwidthWeights, NetDir, Position, Relay};
 pub use path::{ExitTarget, NodeRestrictions, PathBuilder, PathConfig, PathError};
+pub use srv::SharedRandom;
 pub use types::{PortPolicy, Protocols, RelayFlags};
 
 use std::fmt;

@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::consensus::{Consensus, ConsensusRelay, Lifetime};
 use crate::microdesc::Microdesc;
+use crate::srv::SharedRandom;
 use crate::types::{PortPolicy, Protocols, RelayFlags};
 use crate::{Ed25519Id, MdDigest, RelayId, RsaId};
 
@@ -403,6 +404,32 @@ impl NetDir {
     /// Relays usable for circuits (listed and with a microdescriptor).
     pub fn relays(&self) -> impl Iterator<Item = &Relay> {
         self.relays.iter().flatten()
+    }
+
+    /// The consensus's current shared random value (`None`: the
+    /// authorities agreed on none; onion-service code then uses
+    /// [`crate::srv::disaster_srv`]).
+    pub fn shared_rand_current(&self) -> Option<&SharedRandom> {
+        self.consensus.shared_rand_current()
+    }
+
+    /// The consensus's previous shared random value.
+    pub fn shared_rand_previous(&self) -> Option<&SharedRandom> {
+        self.consensus.shared_rand_previous()
+    }
+
+    /// The relays that belong on the onion-service directory hash ring
+    /// (rend-spec-v3 §2.2.3, tor's `hs_get_responsible_hsdirs`): the
+    /// consensus gives them `HSDir`, their `pr` line has `HSDir=2`, and we
+    /// hold their microdescriptor, hence their Ed25519 identity (not
+    /// disowned by `NoEdConsensus`). In consensus order; the ring math
+    /// sorts by its own index.
+    pub fn hsdirs(&self) -> impl Iterator<Item = (&Relay, &Ed25519Id)> {
+        self.relays().filter_map(|r| {
+            let ed = r.ed_id.as_ref()?;
+            (r.flags.contains(RelayFlags::HSDIR) && r.protocols.supports("HSDir", 2))
+                .then_some((r, ed))
+        })
     }
 
     /// Every consensus entry, with or without a microdescriptor.

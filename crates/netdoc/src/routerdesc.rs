@@ -48,6 +48,9 @@ pub struct DescriptorParams {
     pub contact: Option<String>,
     /// Serves directory requests over BEGIN_DIR (`tunnelled-dir-server`).
     pub tunnelled_dir_server: bool,
+    /// Stores and serves onion-service descriptors (`hidden-service-dir`,
+    /// which stock tor relays always write). onionmix relays do not yet.
+    pub hidden_service_dir: bool,
     /// Lifetime of the ntor cross-certificate, seconds.
     pub ntor_crosscert_lifetime: u64,
 }
@@ -139,6 +142,9 @@ pub fn build(keys: &RelayKeys, p: &DescriptorParams) -> Result<String, Descripto
     if !p.family.is_empty() {
         d.push_str(&format!("family {}\n", p.family.join(" ")));
     }
+    if p.hidden_service_dir {
+        d.push_str("hidden-service-dir\n");
+    }
     if let Some(c) = &p.contact {
         d.push_str(&format!("contact {c}\n"));
     }
@@ -229,6 +235,10 @@ pub struct UploadedDesc {
     pub policy: Vec<String>,
     /// Advertises `tunnelled-dir-server`.
     pub tunnelled_dir_server: bool,
+    /// Advertises `hidden-service-dir` (wants to be an HSDir).
+    pub hidden_service_dir: bool,
+    /// Says `hibernating 1`.
+    pub hibernating: bool,
 }
 
 /// Check an uploaded descriptor (HTTP POST body: one descriptor, maybe
@@ -300,6 +310,8 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
         family: Vec::new(),
         policy: Vec::new(),
         tunnelled_dir_server: false,
+        hidden_service_dir: false,
+        hibernating: false,
     };
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
@@ -333,6 +345,8 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
                 d.policy.push(line.to_string());
             }
             "tunnelled-dir-server" => d.tunnelled_dir_server = true,
+            "hidden-service-dir" => d.hidden_service_dir = true,
+            "hibernating" => d.hibernating = rest.trim() == "1",
             "onion-key" => {
                 let mut pem = String::new();
                 for l in lines.by_ref() {
@@ -376,6 +390,7 @@ mod tests {
             family: vec![],
             contact: Some("x@example.invalid".into()),
             tunnelled_dir_server: false,
+            hidden_service_dir: false,
             ntor_crosscert_lifetime: 7 * 86400,
         }
     }
@@ -437,6 +452,11 @@ mod tests {
         assert_eq!(u.rsa_id, k.rsa_id());
         assert_eq!(u.ed_id, k.ed_id());
         assert_eq!(u.policy, ["accept *:80", "reject *:*"]);
+        assert!(!u.hidden_service_dir && !u.hibernating);
+        p.hidden_service_dir = true;
+        let hs = verify_upload(&build(&k, &p).unwrap(), now).unwrap();
+        assert!(hs.hidden_service_dir);
+        p.hidden_service_dir = false;
         assert!(
             u.onion_key_pem
                 .as_deref()

@@ -152,3 +152,53 @@ fn paths_needed_threshold() {
     assert_eq!(nd.paths_needed(Some(0.01)), 0.25);
     assert_eq!(nd.paths_needed(Some(2.0)), 0.95);
 }
+
+#[test]
+fn shared_random_values_and_hsdirs_for_the_hash_ring() {
+    // A stock tor 0.4.9 testing network booted in the reveal phase: its
+    // first consensus of a run carries an SRV made from no reveals (and no
+    // previous value), which our SRV computation reproduces.
+    let c = consensus();
+    let cur = *c.shared_rand_current().expect("shared-rand-current-value");
+    assert_eq!(cur.num_reveals, 0);
+    assert_eq!(
+        cur.encoded(),
+        "zxJao+gBmFMSezvz/VXkEWEQJD5b/z+7AXNCGoLFVW0="
+    );
+    assert_eq!(cur, onionmix_netdoc::srv::compute_srv(&[], None));
+    assert!(c.shared_rand_previous().is_none());
+
+    // Every relay of that network is an HSDir with HSDir=2: all are on
+    // the ring, each with its Ed25519 identity from its microdescriptor.
+    let nd = netdir();
+    assert_eq!(nd.shared_rand_current(), Some(&cur));
+    let ring: Vec<_> = nd.hsdirs().collect();
+    assert_eq!(ring.len(), 7);
+    for (r, ed) in &ring {
+        assert!(r.flags.contains(RelayFlags::HSDIR));
+        assert_eq!(r.ed_id.as_ref(), Some(*ed));
+    }
+    // Without the flag, or without HSDir=2, or without a microdescriptor,
+    // a relay is not on the ring.
+    let mut relays: Vec<onionmix_netdoc::ConsensusRelay> = nd.listed().to_vec();
+    relays[0].flags.remove(RelayFlags::HSDIR);
+    relays[1].protocols = "Cons=1-2 HSDir=1 Link=4-5".parse().unwrap();
+    let no_md = relays[2].md_digest;
+    let mds: Vec<Microdesc> = nd
+        .microdescs()
+        .filter(|m| m.digest != no_md)
+        .cloned()
+        .collect();
+    let changed = Consensus::from_parts(
+        nd.lifetime(),
+        nd.params().clone(),
+        Default::default(),
+        relays,
+    )
+    .with_shared_rand(None, None);
+    let mut nd2 = NetDir::new(changed);
+    nd2.add_microdescs(mds);
+    assert!(nd2.shared_rand_current().is_none());
+    let on_ring: Vec<&str> = nd2.hsdirs().map(|(r, _)| r.nickname.as_str()).collect();
+    assert_eq!(on_ring.len(), 4, "{on_ring:?}");
+}

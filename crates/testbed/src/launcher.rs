@@ -465,7 +465,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 i.fingerprint = Some(fp);
             }
             (Implementation::Onionmix, Role::Authority) => {
-                write_onionmix_authority_config(i, &[], &n.extra)
+                write_onionmix_authority_config(i, &[], &n.extra, spec.voting_schedule())
                     .map_err(|e| LaunchError::node(e, i))?;
                 let out = Command::new(&opts.onionmix_bin)
                     .args(["authority", "--config"])
@@ -550,6 +550,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     resolv_conf: resolv.as_deref(),
                     dirauths: &dirauth_lines,
                     extra: &n.extra,
+                    voting: spec.voting_schedule(),
                 });
                 std::fs::write(i.data_dir.join("torrc"), t)
                     .map_err(|e| LaunchError::node(e.to_string(), i))?;
@@ -565,8 +566,13 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     &n.extra,
                 )
                 .map_err(|e| LaunchError::node(e, i))?,
-                Role::Authority => write_onionmix_authority_config(i, &auth_entries, &n.extra)
-                    .map_err(|e| LaunchError::node(e, i))?,
+                Role::Authority => write_onionmix_authority_config(
+                    i,
+                    &auth_entries,
+                    &n.extra,
+                    spec.voting_schedule(),
+                )
+                .map_err(|e| LaunchError::node(e, i))?,
                 Role::Mix | Role::Provider | Role::MixClient => {}
             },
         }
@@ -1140,12 +1146,14 @@ fn write_onionmix_authority_config(
     i: &NodeInfo,
     auths: &[AuthEntry],
     extra: &[String],
+    (interval, vote, dist): (u64, u64, u64),
 ) -> Result<(), String> {
-    // Tor's testing-network voting schedule (20 s interval, 4 s delays).
+    // The spec's voting schedule (default tor's testing one: 20 s
+    // interval, 4 s delays).
     let mut s = format!(
         "data_dir = {:?}\nnickname = {:?}\nor_listen = \"{}:{}\"\ndir_listen = \"{}:{}\"\n\
          contact = \"onionmix-testnet@example.invalid\"\ntesting_network = true\n\
-         voting_interval_secs = 20\nvote_delay_secs = 4\ndist_delay_secs = 4\n\
+         voting_interval_secs = {interval}\nvote_delay_secs = {vote}\ndist_delay_secs = {dist}\n\
          reachability_interval_secs = 10\n",
         i.data_dir.display().to_string(),
         i.name,

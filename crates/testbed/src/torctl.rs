@@ -238,6 +238,63 @@ async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Result<Stri
     }
 }
 
+/// `GETINFO key` on a tor control port (cookie authentication with
+/// `cookie_file`): the single-line value (`250-key=value`), e.g.
+/// `sr/current`. A `5xx` answer is an error.
+pub async fn getinfo(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    key: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("bad GETINFO key {key:?}"));
+    }
+    let cookie = std::fs::read(cookie_file)
+        .map_err(|e| format!("control cookie {}: {e}", cookie_file.display()))?;
+    let ask = async {
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("control port {addr}: {e}"))?;
+        let (rd, mut wr) = s.into_split();
+        let mut rd = BufReader::new(rd);
+        wr.write_all(
+            format!("AUTHENTICATE {}\r\nGETINFO {key}\r\n", hex::encode(&cookie)).as_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let r = reply(&mut rd).await?;
+        if !r.starts_with("250") {
+            return Err(format!("control port refused the cookie: {r}"));
+        }
+        let mut value = None;
+        let mut line = String::new();
+        loop {
+            read_line(&mut rd, &mut line).await?;
+            let l = line.trim_end();
+            if let Some(v) = l
+                .strip_prefix("250-")
+                .or_else(|| l.strip_prefix("250 "))
+                .and_then(|kv| kv.strip_prefix(key))
+                .and_then(|kv| kv.strip_prefix('='))
+            {
+                value = Some(v.to_string());
+            }
+            if l.len() >= 4 && l.as_bytes()[3] == b' ' {
+                if !l.starts_with("250") {
+                    return Err(format!("GETINFO {key}: {l}"));
+                }
+                break;
+            }
+        }
+        let _ = wr.write_all(b"QUIT\r\n").await;
+        value.ok_or_else(|| format!("GETINFO {key}: no value in the answer"))
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))?
+}
+
 /// Connect to a tor control port, authenticate with the cookie in
 /// `cookie_file`, subscribe to CIRC events and time every multi-hop
 /// circuit launched from now on until [`CircuitWatch::finish`]: from its
@@ -430,6 +487,56 @@ mod tests {
             assert!((back - t).abs() < 2e-6, "{t} {} {back}", iso(t));
         }
         assert_eq!(iso(1_795_428_000.25), "2026-11-23T10:00:00.250000");
+    }
+
+    /// A control port answering AUTHENTICATE and one GETINFO with `answer`.
+    async fn fake_getinfo(l: tokio::net::TcpListener, answer: &'static str) -> String {
+        let (s, _) = l.accept().await.unwrap();
+        let (rd, mut wr) = s.into_split();
+        let mut rd = BufReader::new(rd);
+        let mut auth = String::new();
+        rd.read_line(&mut auth).await.unwrap();
+        wr.write_all(b"250 OK\r\n").await.unwrap();
+        let mut q = String::new();
+        rd.read_line(&mut q).await.unwrap();
+        wr.write_all(answer.as_bytes()).await.unwrap();
+        q
+    }
+
+    #[tokio::test]
+    async fn getinfo_reads_one_value() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cookie = tmp.path().join("control_auth_cookie");
+        std::fs::write(&cookie, [7u8; 32]).unwrap();
+        for (answer, want) in [
+            (
+                "250-sr/current=zxJao+gBmFMSezvz/VXkEWEQJD5b/z+7AXNCGoLFVW0=\r\n250 OK\r\n",
+                Ok("zxJao+gBmFMSezvz/VXkEWEQJD5b/z+7AXNCGoLFVW0="),
+            ),
+            ("250-sr/current=\r\n250 OK\r\n", Ok("")),
+            ("552 Unrecognized key \"sr/current\"\r\n", Err("552")),
+        ] {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let server = tokio::spawn(fake_getinfo(l, answer));
+            let got = getinfo(addr, &cookie, "sr/current", Duration::from_secs(5)).await;
+            assert_eq!(server.await.unwrap(), "GETINFO sr/current\r\n");
+            match (got, want) {
+                (Ok(v), Ok(w)) => assert_eq!(v, w),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{e}"),
+                (got, want) => panic!("{answer:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert!(
+            getinfo(
+                "127.0.0.1:1".parse().unwrap(),
+                &cookie,
+                "a b",
+                Duration::from_secs(1)
+            )
+            .await
+            .is_err()
+        );
     }
 
     /// Circuits: 1 built after 30 ms (no TIME_CREATED: timed from

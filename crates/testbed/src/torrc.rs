@@ -20,18 +20,26 @@ pub const COMMON: &[&str] = &[
     "Log notice stdout",
 ];
 
-/// Authority voting options (20 s intervals).
+/// Authority options (the voting schedule comes from
+/// [`TorNode::voting`]).
 pub const AUTHORITY: &[&str] = &[
     "AuthoritativeDirectory 1",
     "V3AuthoritativeDirectory 1",
-    "V3AuthVotingInterval 20",
-    "V3AuthVoteDelay 4",
-    "V3AuthDistDelay 4",
-    "TestingV3AuthInitialVotingInterval 20",
-    "TestingV3AuthInitialVoteDelay 4",
-    "TestingV3AuthInitialDistDelay 4",
     "ExitPolicy reject *:*",
 ];
+
+/// Voting interval, vote delay, distribution delay: the lines of an
+/// authority's torrc (tor's testing schedule is 20, 4, 4).
+pub fn voting_lines((interval, vote, dist): (u64, u64, u64)) -> Vec<String> {
+    vec![
+        format!("V3AuthVotingInterval {interval}"),
+        format!("V3AuthVoteDelay {vote}"),
+        format!("V3AuthDistDelay {dist}"),
+        format!("TestingV3AuthInitialVotingInterval {interval}"),
+        format!("TestingV3AuthInitialVoteDelay {vote}"),
+        format!("TestingV3AuthInitialDistDelay {dist}"),
+    ]
+}
 
 fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
     let out = cmd.output().map_err(|e| {
@@ -148,6 +156,8 @@ pub struct TorNode<'a> {
     pub dirauths: &'a [String],
     /// Extra lines from the spec.
     pub extra: &'a [String],
+    /// Voting schedule (authorities): interval, vote and dist delays.
+    pub voting: (u64, u64, u64),
 }
 
 /// Render a torrc.
@@ -179,7 +189,10 @@ pub fn render(n: &TorNode<'_>) -> String {
         l.push(format!("DirPort {}:{p}", n.addr));
     }
     match n.role {
-        Role::Authority => l.extend(AUTHORITY.iter().map(|s| s.to_string())),
+        Role::Authority => {
+            l.extend(AUTHORITY.iter().map(|s| s.to_string()));
+            l.extend(voting_lines(n.voting));
+        }
         Role::Relay => l.push("ExitPolicy reject *:*".into()),
         Role::Exit => {
             l.push("ExitRelay 1".into());
@@ -291,7 +304,16 @@ mod tests {
             resolv_conf: Some(Path::new("/tmp/x/resolv.conf")),
             dirauths: &auths,
             extra: &[],
+            voting: (20, 4, 4),
         });
+        assert_eq!(
+            voting_lines((10, 3, 3))[..3],
+            [
+                "V3AuthVotingInterval 10",
+                "V3AuthVoteDelay 3",
+                "V3AuthDistDelay 3"
+            ]
+        );
         for want in [
             "TestingTorNetwork 1",
             "ExitRelay 1",

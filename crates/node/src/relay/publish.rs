@@ -76,6 +76,7 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
             .collect(),
         family,
         contact: ctx.cfg.contact.clone(),
+        hidden_service_dir: false,
         tunnelled_dir_server: ctx.dir.is_some(),
         ntor_crosscert_lifetime: NTOR_CROSSCERT_LIFETIME,
     };
