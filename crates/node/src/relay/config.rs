@@ -91,6 +91,13 @@ pub struct RelayConfig {
     /// Worker threads (0: one per core).
     #[serde(default)]
     pub threads: usize,
+    /// Prometheus metrics over HTTP (tor's `MetricsPort`); loopback
+    /// unless `allow_public_metrics`.
+    #[serde(default)]
+    pub metrics_port: Option<std::net::SocketAddr>,
+    /// Allow the metrics port on a non-loopback address.
+    #[serde(default)]
+    pub allow_public_metrics: bool,
     /// Seconds between descriptor uploads.
     #[serde(default = "default_publish")]
     pub publish_interval_secs: u64,

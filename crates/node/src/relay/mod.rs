@@ -475,6 +475,14 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
         ctx.cfg.nickname,
         hex::encode_upper(ctx.rsa_id)
     );
+    if let Some(m) = ctx.cfg.metrics_port {
+        if !m.ip().is_loopback() && !ctx.cfg.allow_public_metrics {
+            return Err(format!(
+                "metrics_port {m} is not a loopback address; set allow_public_metrics = true if you mean it"
+            ));
+        }
+        crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
+    }
     tokio::spawn(publish::publish_loop(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
     let load = ctx.clone();
