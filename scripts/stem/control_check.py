@@ -152,7 +152,7 @@ def main():
         r["auth_cookie"] = c.get_info("version") != ""
     with Controller.from_port(address=chost, port=int(cport)) as c:
         stem.connection.authenticate_password(c, a.password)
-        r["auth_password"] = c.is_authenticated()
+        r["auth_password"] = c.get_info("version") != ""
     with Controller.from_port(address=chost, port=int(cport)) as c:
         try:
             stem.connection.authenticate_password(c, a.password + "x")
@@ -179,13 +179,12 @@ def main():
             r["unknown_option_refused"] = False
         except stem.InvalidArguments:
             r["unknown_option_refused"] = True
-        r["circuit_status_parses"] = all(circ.id for circ in c.get_circuits())
-        r["has_built_circuit"] = any(circ.status == CircStatus.BUILT for circ in c.get_circuits())
-
         # CIRC and STREAM events during a verified download.
         ev = Events(c, EventType.CIRC, EventType.STREAM, EventType.BW, EventType.SIGNAL)
         r["download_ok"] = verified_download(socks, sink, 200000)
         circ_a = stream_circuit(ev, target)
+        r["circuit_status_parses"] = all(circ.id for circ in c.get_circuits())
+        r["has_built_circuit"] = any(circ.status == CircStatus.BUILT for circ in c.get_circuits())
         kinds = [e.status for e in ev.drain() if e.type == "STREAM" and e.target == target]
         r["stream_events"] = [k for k in ("NEW", "SENTCONNECT", "SUCCEEDED", "CLOSED") if k in kinds]
         r["bw_events"] = ev.wait_for(lambda e: e.type == "BW", 5) is not None
@@ -258,7 +257,7 @@ def main():
                 r["newnym_exit_changed"] = True
                 break
             last_exit = exit_b or last_exit
-        r["two_exits"] = len(exits) >= 2
+        r["exit_flagged"] = len(exits)
         ev.close()
     print(json.dumps(r, sort_keys=True))
     return 0

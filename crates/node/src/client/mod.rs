@@ -26,6 +26,10 @@ use config::ClientConfig;
 use control::hub::ControlHub;
 use dir::DirMgr;
 
+/// Paths drawn after NEWNYM looking for an exit the old circuits did not
+/// use, before settling for one that did (only one exit can serve).
+const NEWNYM_EXIT_TRIES: usize = 32;
+
 /// A running client.
 #[derive(Clone)]
 pub struct Client {
@@ -96,13 +100,21 @@ impl Client {
                     .lock()
                     .map(|g| g.clone())
                     .unwrap_or_default();
-                if extra.is_empty() {
-                    d1.pick_path(p, avoid)
-                } else {
-                    let mut all = avoid.clone();
-                    all.extend(extra);
-                    d1.pick_path(p, &all)
+                let first = d1.pick_path(p, avoid)?;
+                let old_exit = |path: &[circuit::HopTarget]| {
+                    path.len() > 1 && path.last().is_some_and(|h| extra.contains(&h.rsa_id))
+                };
+                if !old_exit(&first) {
+                    return Ok(first);
                 }
+                for _ in 0..NEWNYM_EXIT_TRIES {
+                    if let Ok(path) = d1.pick_path(p, avoid)
+                        && !old_exit(&path)
+                    {
+                        return Ok(path);
+                    }
+                }
+                Ok(first)
             }),
             Arc::new(move |id, port| d2.exit_allows(id, port)),
             Arc::new(move |id, ok| d3.report_guard(id, ok)),
