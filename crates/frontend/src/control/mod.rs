@@ -5,6 +5,7 @@
 //! [`session::Backend`] implemented in `onionmix-node`.
 
 pub mod auth;
+mod commands;
 pub mod events;
 pub mod framing;
 pub mod reply;
