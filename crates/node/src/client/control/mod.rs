@@ -8,6 +8,9 @@ pub mod backend;
 pub mod hub;
 pub mod streams;
 
+#[cfg(test)]
+mod hub_tests;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
