@@ -431,3 +431,36 @@ async fn password_authentication() {
     );
     assert!(c.closed().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owning_controller_process_exit_ends_the_client() {
+    let f = start("").await;
+    let mut owner = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(
+        c.cmd(&format!("SETCONF __OwningControllerProcess={}", owner.id()))
+            .await,
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETCONF __OwningControllerProcess").await,
+        format!("250 __OwningControllerProcess={}\r\n", owner.id())
+    );
+    // Still there: no shutdown.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), f.client.shutdown_requested())
+            .await
+            .is_err()
+    );
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    assert!(
+        tokio::time::timeout(T, f.client.shutdown_requested())
+            .await
+            .is_ok(),
+        "the client did not notice its owning process exit"
+    );
+}
