@@ -127,7 +127,13 @@ impl Ctl {
 /// A SOCKS5 CONNECT to a `.onion` name is answered at once (host
 /// unreachable), bootstrapped or not: proof the SOCKS port serves.
 async fn socks_answers(client: &Client) -> bool {
-    let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
+    socks_answers_at(client.socks_addr).await
+}
+
+async fn socks_answers_at(a: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect(a).await else {
+        return false;
+    };
     s.write_all(b"\x05\x01\x00").await.unwrap();
     let mut b = [0u8; 2];
     s.read_exact(&mut b).await.unwrap();
@@ -463,4 +469,52 @@ async fn owning_controller_process_exit_ends_the_client() {
             .is_ok(),
         "the client did not notice its owning process exit"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setconf_socksport_moves_the_listener() {
+    let f = start("").await;
+    let old = f.client.socks_addr;
+    let new: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1").unwrap())
+        .parse()
+        .unwrap();
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(
+        c.cmd(&format!("SETCONF SocksPort={new}")).await,
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETCONF SocksPort").await,
+        format!("250 SocksPort={new}\r\n")
+    );
+    assert_eq!(
+        c.cmd("GETINFO net/listeners/socks").await,
+        format!("250-net/listeners/socks=\"{new}\"\r\n250 OK\r\n")
+    );
+    assert!(socks_answers_at(new).await);
+    let mut gone = false;
+    for _ in 0..50 {
+        if TcpStream::connect(old).await.is_err() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the old SOCKS listener still accepts");
+    assert!(
+        c.cmd("SETCONF SocksPort=\"9050 IsolateDestAddr\"")
+            .await
+            .starts_with("513 ")
+    );
+    assert!(
+        c.cmd("SETCONF SocksPort=10.1.2.3:9050")
+            .await
+            .starts_with("553 ")
+    );
+    assert_eq!(c.cmd("RESETCONF SocksPort").await, "250 OK\r\n");
+    assert_eq!(
+        c.cmd("GETCONF SocksPort").await,
+        format!("250 SocksPort={old}\r\n")
+    );
+    assert!(socks_answers_at(old).await);
 }

@@ -37,7 +37,8 @@ pub struct Client {
     pub dir: Arc<DirMgr>,
     /// Circuit manager.
     pub circmgr: CircMgr,
-    /// Where SOCKS listens.
+    /// Where SOCKS listened at start (`SETCONF SocksPort` may move it;
+    /// `GETINFO net/listeners/socks` tells where it is now).
     pub socks_addr: SocketAddr,
     /// Where the control port listens (TCP), if configured.
     pub control_addr: Option<SocketAddr>,
@@ -137,7 +138,12 @@ impl Client {
             extended_errors: cfg.socks_extended_errors,
             hub: hub.clone(),
         };
-        tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
+        let socks_listener = socks::SocksListener::start(
+            listener,
+            ctx,
+            cfg.max_socks_connections,
+            cfg.allow_public_socks,
+        );
         let shutdown = Arc::new(Notify::new());
         let control_addr = control::start(control::ControlParts {
             hub: hub.clone(),
@@ -145,7 +151,7 @@ impl Client {
             circmgr: circmgr.clone(),
             chanmgr,
             cfg: cfg.clone(),
-            socks_addr,
+            socks: socks_listener,
             shutdown: shutdown.clone(),
         })
         .await

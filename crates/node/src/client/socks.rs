@@ -64,6 +64,80 @@ pub struct SocksContext {
     pub hub: Arc<ControlHub>,
 }
 
+/// The SOCKS listener, which the control port can move (SETCONF SocksPort).
+pub struct SocksListener {
+    ctx: SocksContext,
+    max_conns: usize,
+    allow_public: bool,
+    cur: std::sync::Mutex<Option<(SocketAddr, tokio::task::AbortHandle)>>,
+}
+
+impl std::fmt::Debug for SocksListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocksListener")
+            .field("addr", &self.addr())
+            .finish()
+    }
+}
+
+impl SocksListener {
+    /// Serve `listener`.
+    pub fn start(
+        listener: TcpListener,
+        ctx: SocksContext,
+        max_conns: usize,
+        allow_public: bool,
+    ) -> Arc<Self> {
+        let addr = listener.local_addr().ok();
+        let task = tokio::spawn(serve(listener, ctx.clone(), max_conns));
+        Arc::new(SocksListener {
+            ctx,
+            max_conns,
+            allow_public,
+            cur: std::sync::Mutex::new(addr.map(|a| (a, task.abort_handle()))),
+        })
+    }
+
+    /// Where SOCKS listens now (None: closed).
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.cur
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(a, _)| *a)
+    }
+
+    /// Listen on `addr` instead (None: stop listening). Connections already
+    /// accepted carry on.
+    pub fn rebind(&self, addr: Option<SocketAddr>) -> Result<(), String> {
+        let new = match addr {
+            Some(a) => {
+                if !a.ip().is_loopback() && !self.allow_public {
+                    return Err(format!(
+                        "{a} is not a loopback address (allow_public_socks is off)"
+                    ));
+                }
+                let std = std::net::TcpListener::bind(a)
+                    .map_err(|e| format!("cannot listen on {a}: {e}"))?;
+                std.set_nonblocking(true).map_err(|e| e.to_string())?;
+                let l = TcpListener::from_std(std).map_err(|e| e.to_string())?;
+                let bound = l.local_addr().map_err(|e| e.to_string())?;
+                let task = tokio::spawn(serve(l, self.ctx.clone(), self.max_conns));
+                Some((bound, task.abort_handle()))
+            }
+            None => None,
+        };
+        let old = std::mem::replace(
+            &mut *self.cur.lock().unwrap_or_else(|e| e.into_inner()),
+            new,
+        );
+        if let Some((_, h)) = old {
+            h.abort();
+        }
+        Ok(())
+    }
+}
+
 /// Accept SOCKS connections forever.
 pub async fn serve(listener: TcpListener, ctx: SocksContext, max_conns: usize) {
     let limit = Arc::new(Semaphore::new(max_conns));

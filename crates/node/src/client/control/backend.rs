@@ -144,6 +144,15 @@ fn bool01(b: bool) -> String {
     if b { "1".into() } else { "0".into() }
 }
 
+/// A SocksPort value: `PORT` (on 127.0.0.1) or `ADDRESS:PORT`; no flags.
+fn parse_socks_port(v: &str) -> Result<std::net::SocketAddr, ConfError> {
+    if let Ok(p) = v.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], p)));
+    }
+    v.parse()
+        .map_err(|_| ConfError::Parse("Invalid SocksPort configuration".into()))
+}
+
 fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, ConfError> {
     match v {
         None | Some("0") => Ok(false),
@@ -240,7 +249,13 @@ impl ClientBackend {
         let hub = &self.ctx.hub;
         let join = |l: &[String]| (!l.is_empty()).then(|| l.join(","));
         match name {
-            "SocksPort" => vec![Some(self.ctx.socks_addr.to_string())],
+            "SocksPort" => vec![Some(
+                self.ctx
+                    .socks
+                    .addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|| "0".into()),
+            )],
             "ControlPort" => vec![c.control_port.map(|a| a.to_string())],
             "ControlSocket" => vec![c.control_socket.as_ref().map(|p| p.display().to_string())],
             "MetricsPort" => vec![c.metrics_port.map(|a| a.to_string())],
@@ -376,7 +391,12 @@ impl Backend for ClientBackend {
                     .collect::<Vec<_>>()
                     .join("\n")
             }
-            "net/listeners/socks" => quote(self.ctx.socks_addr.to_string().as_bytes()),
+            "net/listeners/socks" => self
+                .ctx
+                .socks
+                .addr()
+                .map(|a| quote(a.to_string().as_bytes()))
+                .unwrap_or_default(),
             "net/listeners/control" => self
                 .ctx
                 .listeners()
@@ -465,6 +485,19 @@ impl Backend for ClientBackend {
                     };
                     plan.push((*name, Some(bool01(b))));
                 }
+                "SocksPort" => {
+                    let addr = match (v.as_deref(), reset) {
+                        (None, true) => Some(self.cfg().socks_listen),
+                        (None, false) | (Some("0"), _) => None,
+                        (Some(x), _) => Some(parse_socks_port(x)?),
+                    };
+                    if addr != self.ctx.socks.addr() {
+                        plan.push((
+                            *name,
+                            Some(addr.map(|a| a.to_string()).unwrap_or_else(|| "0".into())),
+                        ));
+                    }
+                }
                 "__OwningControllerProcess" => {
                     if let Some(p) = &v
                         && p.parse::<u32>().is_err()
@@ -486,6 +519,8 @@ impl Backend for ClientBackend {
                 }
             }
         }
+        // The one change that can still fail goes first.
+        plan.sort_by_key(|(n, _)| *n != "SocksPort");
         for (name, v) in plan {
             match name {
                 "DisableNetwork" => self.set_disable_network(v.as_deref() == Some("1")),
@@ -497,6 +532,12 @@ impl Backend for ClientBackend {
                 }
                 "__OwningControllerProcess" => {
                     self.ctx.set_owning_pid(v.and_then(|p| p.parse().ok()))
+                }
+                "SocksPort" => {
+                    let addr = v.and_then(|a| a.parse().ok());
+                    if let Err(e) = self.ctx.socks.rebind(addr) {
+                        return Err(ConfError::Setting(e));
+                    }
                 }
                 _ => {}
             }

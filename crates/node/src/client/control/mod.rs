@@ -50,7 +50,7 @@ pub struct ControlContext {
     /// Configuration as loaded.
     pub cfg: Arc<ClientConfig>,
     /// The SOCKS listener.
-    pub socks_addr: SocketAddr,
+    pub socks: Arc<super::socks::SocksListener>,
     /// Authentication secrets.
     pub auth: AuthConfig,
     /// Per-attempt circuit build timeout.
@@ -149,8 +149,8 @@ pub struct ControlParts {
     pub chanmgr: ChanMgr,
     /// Config.
     pub cfg: Arc<ClientConfig>,
-    /// SOCKS address.
-    pub socks_addr: SocketAddr,
+    /// The SOCKS listener.
+    pub socks: Arc<super::socks::SocksListener>,
     /// Set when something asks the client to exit.
     pub shutdown: Arc<Notify>,
 }
@@ -172,7 +172,7 @@ pub async fn start(p: ControlParts) -> Result<Option<SocketAddr>, String> {
         chanmgr: p.chanmgr,
         build_timeout: cfg.circuit_build_timeout(),
         cfg: cfg.clone(),
-        socks_addr: p.socks_addr,
+        socks: p.socks,
         auth,
         listeners: Mutex::new(Vec::new()),
         owning_pid: Mutex::new(cfg.owning_controller_process),
