@@ -191,6 +191,14 @@ impl RelayConfig {
             ));
         }
         c.exit_policy()?;
+        if let Some(m) = c.metrics_port
+            && !m.ip().is_loopback()
+            && !c.allow_public_metrics
+        {
+            return Err(format!(
+                "metrics_port {m} is not a loopback address; set allow_public_metrics = true if you mean it"
+            ));
+        }
         if c.onion_key_rotation_secs < 60 || c.onion_key_grace_secs >= c.onion_key_rotation_secs {
             return Err(
                 "onion_key_rotation_secs must be >= 60 and longer than onion_key_grace_secs".into(),

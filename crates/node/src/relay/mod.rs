@@ -450,6 +450,9 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", ctx.cfg.or_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     ctx.bound_or_port.store(addr.port(), Ordering::Relaxed);
+    if let Some(m) = ctx.cfg.metrics_port {
+        crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
+    }
     tokio::spawn(oom::oom_loop(ctx.clone()));
     tokio::spawn(serve(ctx, listener));
     Ok(addr)
@@ -475,14 +478,6 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
         ctx.cfg.nickname,
         hex::encode_upper(ctx.rsa_id)
     );
-    if let Some(m) = ctx.cfg.metrics_port {
-        if !m.ip().is_loopback() && !ctx.cfg.allow_public_metrics {
-            return Err(format!(
-                "metrics_port {m} is not a loopback address; set allow_public_metrics = true if you mean it"
-            ));
-        }
-        crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
-    }
     tokio::spawn(publish::publish_loop(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
     let load = ctx.clone();
