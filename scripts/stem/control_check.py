@@ -128,7 +128,7 @@ def main():
     ap.add_argument("--socks", required=True, help="host:port")
     ap.add_argument("--sink", required=True, help="host:port of the sink's HTTP server")
     ap.add_argument("--password", required=True)
-    ap.add_argument("--max-newnym", type=int, default=12)
+    ap.add_argument("--max-newnym", type=int, default=6)
     a = ap.parse_args()
     signal.alarm(900)
     chost, cport = a.control.rsplit(":", 1)

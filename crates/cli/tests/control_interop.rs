@@ -147,7 +147,6 @@ const STEM_TRUE: &[&str] = &[
     "close_circuit_event",
     "newnym_signal_event",
     "newnym_new_circuits",
-    "newnym_exit_changed",
 ];
 
 #[test]
@@ -235,15 +234,24 @@ fn stem_and_bine_drive_both_clients() {
                 "{r}"
             );
         }
-        // Same results, except how many NEWNYMs stock tor needed to land on
-        // the other exit (ours avoids the previous exit on the first).
+        // Same results, except whether and when NEWNYM moved the stream to
+        // the other exit: ours avoids the previous exit at the first
+        // NEWNYM; stock tor draws the exit again and may keep the same one
+        // for every try (what seed 000 saw), so it is only reported.
         let strip = |v: &serde_json::Value| {
             let mut v = v.clone();
-            v.as_object_mut().unwrap().remove("newnym_attempts");
+            let o = v.as_object_mut().unwrap();
+            o.remove("newnym_attempts");
+            o.remove("newnym_exit_changed");
             v
         };
         assert_eq!(strip(&a), strip(&b));
+        assert_eq!(a["newnym_exit_changed"], true, "{a}");
         assert_eq!(a["newnym_attempts"], 1, "{a}");
+        eprintln!(
+            "stock tor after NEWNYM: exit changed: {}, after {} NEWNYM(s)",
+            b["newnym_exit_changed"], b["newnym_attempts"]
+        );
     }
     drop(net);
 }
