@@ -32,6 +32,18 @@ pub struct Tracked {
     resolve: bool,
     close_rx: Option<oneshot::Receiver<u8>>,
     circ: Option<u64>,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Tracked {
+    /// A stream whose handler ended without saying how (an error writing
+    /// to the application) is reported closed, so no entry is left behind.
+    fn drop(&mut self) {
+        if !self.done.load(Ordering::Relaxed) {
+            self.hub
+                .stream_status(self.id, "CLOSED", None, Some("MISC"), None);
+        }
+    }
 }
 
 impl std::fmt::Debug for Tracked {
@@ -78,6 +90,7 @@ impl Tracked {
             resolve,
             close_rx: Some(rx),
             circ: None,
+            done: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -134,6 +147,7 @@ impl Tracked {
 
     /// Failed for good.
     pub fn failed(&self, end_reason: u8, remote: bool) {
+        self.done.store(true, Ordering::Relaxed);
         let name = stream_reason_name(end_reason);
         let (r, rr) = if remote {
             (None, Some(name))
@@ -145,6 +159,7 @@ impl Tracked {
 
     /// Closed after success.
     pub fn closed(&self) {
+        self.done.store(true, Ordering::Relaxed);
         self.hub
             .stream_status(self.id, "CLOSED", None, Some("DONE"), None);
     }
