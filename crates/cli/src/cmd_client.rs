@@ -19,3 +19,27 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     rt.block_on(client::run(cfg))?;
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct HashPasswordArgs {
+    /// The password (read from standard input when absent, one line).
+    password: Option<String>,
+}
+
+/// Print `16:<hex>` for a password, as `tor --hash-password` does.
+pub fn hash_password(a: HashPasswordArgs) -> anyhow::Result<()> {
+    use rand::RngCore;
+    let pw = match a.password {
+        Some(p) => p,
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    let mut salt = [0u8; 8];
+    rand::rngs::OsRng.fill_bytes(&mut salt);
+    let h = onionmix_frontend::control::auth::HashedPassword::new(pw.as_bytes(), salt);
+    println!("{h}");
+    Ok(())
+}

@@ -51,6 +51,9 @@ enum Command {
     Sink(cmd_testnet::SinkArgs),
     /// Run the Tor-compatible onion-routing client with a SOCKS5 front end.
     Client(cmd_client::ClientArgs),
+    /// Hash a control-port password for `hashed_control_password` (the
+    /// format of `tor --hash-password`).
+    HashPassword(cmd_client::HashPasswordArgs),
     /// Run a Tor-compatible relay (guard, middle or exit).
     Relay(cmd_relay::RelayArgs),
     /// Run a v3 directory authority (votes, consensus, directory service).
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Testnet(c) => cmd_testnet::run(c),
         Command::Sink(a) => cmd_testnet::run_sink(a),
         Command::Client(a) => cmd_client::run(a),
+        Command::HashPassword(a) => cmd_client::hash_password(a),
         Command::Relay(a) => cmd_relay::run(a),
         Command::Authority(a) => cmd_authority::run(a),
         Command::Emulator(a) => cmd_emu::run(a),

@@ -181,6 +181,8 @@ fn fresh_client(template: &Path, dir: &Path) -> (std::process::Child, SocketAddr
     let cfg: String = std::fs::read_to_string(template)
         .unwrap()
         .lines()
+        // The running client holds the control port.
+        .filter(|l| !l.starts_with("control_port"))
         .map(|l| {
             if l.starts_with("data_dir") {
                 format!("data_dir = {:?}", dir.display().to_string())

@@ -102,7 +102,12 @@ fn our_client(info: &NetworkInfo, dir: &Path, path: [&str; 3]) -> (Extra, Socket
     );
     cfg.extend(
         base.lines()
-            .filter(|l| !l.starts_with("data_dir") && !l.starts_with("socks_listen"))
+            .filter(|l| {
+                // The running client holds the control port.
+                !l.starts_with("data_dir")
+                    && !l.starts_with("socks_listen")
+                    && !l.starts_with("control_port")
+            })
             .map(|l| format!("{l}\n")),
     );
     std::fs::write(data.join("client.toml"), cfg).unwrap();

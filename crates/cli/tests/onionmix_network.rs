@@ -160,7 +160,12 @@ fn pinned_client(
     );
     cfg.extend(
         base.lines()
-            .filter(|l| !l.starts_with("data_dir") && !l.starts_with("socks_listen"))
+            .filter(|l| {
+                // The running client holds the control port.
+                !l.starts_with("data_dir")
+                    && !l.starts_with("socks_listen")
+                    && !l.starts_with("control_port")
+            })
             .map(|l| format!("{l}\n")),
     );
     std::fs::write(data.join("client.toml"), cfg).unwrap();

@@ -2,7 +2,9 @@
 //! and RFC 1929, SOCKS4 and SOCKS4a, and Tor's socks-extensions.txt:
 //! RESOLVE, RESOLVE_PTR, extended onion-service errors, username/password
 //! used for stream isolation), and the rules for which names may leave the
-//! client (`.onion` and `.exit` never do).
+//! client (`.onion` and `.exit` never do), and Tor's control protocol
+//! (`control`).
 
 pub mod addr;
+pub mod control;
 pub mod socks;

@@ -8,5 +8,6 @@ pub mod client;
 pub mod clock;
 pub mod glue;
 pub mod memory;
+pub mod metrics;
 pub mod reactor;
 pub mod relay;

@@ -169,6 +169,8 @@ pub struct ChannelHandle {
     pub peer_rsa_id: [u8; 20],
     /// Ed25519 identity of the peer, if it proved one.
     pub peer_ed_id: Option<[u8; 32]>,
+    /// Where circuits built on this channel report to the control port.
+    pub hub: Option<Arc<crate::client::control::hub::ControlHub>>,
 }
 
 impl ChannelHandle {
@@ -252,6 +254,7 @@ pub fn spawn_client_reactor(
         closed,
         peer_rsa_id,
         peer_ed_id,
+        hub: None,
     }
 }
 

@@ -363,9 +363,10 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         } else {
             None
         };
-        // Stock tor clients get a control port (cookie authentication):
-        // the measurement suite reads circuit build times from CIRC events.
-        let control_port = if g.role == Role::Client && g.implementation == Implementation::Tor {
+        // Every client gets a control port (cookie authentication): the
+        // measurement suite reads stock tor's circuit build times from CIRC
+        // events; controllers (stem, Bine) drive either client.
+        let control_port = if g.role == Role::Client {
             Some(port(9051)?)
         } else {
             None
@@ -1181,10 +1182,16 @@ fn write_onionmix_client_config(
         i.address,
         i.socks_port.unwrap_or(0)
     );
+    if let Some(p) = i.control_port {
+        s.push_str(&format!(
+            "control_port = \"{}:{p}\"\ncookie_authentication = true\n",
+            i.address
+        ));
+    }
     if !i.address.starts_with("127.") {
         // Emulated networks: the SOCKS port is on the node's own address
         // in its namespace, reached from the host endpoint.
-        s.push_str("allow_public_socks = true\n");
+        s.push_str("allow_public_socks = true\nallow_public_control = true\n");
     }
     for l in extra {
         s.push_str(l);

@@ -125,8 +125,19 @@ fn start_fresh(f: &FreshClient, run: u32) -> Result<Fresh, String> {
                 "data_dir = {:?}\nsocks_listen = \"{socks}\"\n",
                 data.display().to_string()
             );
+            // The running client holds the control and metrics ports;
+            // the fresh one runs without them.
             for l in base.lines() {
-                if !l.starts_with("data_dir") && !l.starts_with("socks_listen") {
+                if ![
+                    "data_dir",
+                    "socks_listen",
+                    "control_port",
+                    "control_socket",
+                    "metrics_port",
+                ]
+                .iter()
+                .any(|k| l.starts_with(k))
+                {
                     cfg.push_str(l);
                     cfg.push('\n');
                 }

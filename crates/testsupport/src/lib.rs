@@ -118,6 +118,50 @@ pub fn sphinxmix_python(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// The Python interpreter of the stem venv (`ONIONMIX_STEM_PYTHON`, or
+/// `.venv-stem/bin/python` at the top), checked by importing stem 1.8.2.
+pub fn stem_python_check() -> Result<PathBuf, String> {
+    let py = std::env::var_os("ONIONMIX_STEM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv-stem/bin/python"));
+    let ok = py.exists()
+        && Command::new(&py)
+            .args([
+                "-c",
+                "import stem, stem.control; assert stem.__version__ == '1.8.2'",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok {
+        Ok(py)
+    } else {
+        Err(format!(
+            "stem 1.8.2 is not at {} (run `bash scripts/stem/setup-venv.sh` or set ONIONMIX_STEM_PYTHON)",
+            py.display()
+        ))
+    }
+}
+
+/// Whether the Go toolchain is installed (for the Bine interop program).
+pub fn go_check() -> Result<PathBuf, String> {
+    let go = std::env::var_os("ONIONMIX_GO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("go"));
+    let ok = Command::new(&go)
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(go)
+    } else {
+        Err("the Go toolchain is not installed (for the Bine program in scripts/bine); install it with: apt-get install -y golang-go".into())
+    }
+}
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Hold this for the whole of a heavy test (one that starts a private

@@ -11,6 +11,7 @@ use onionmix_link::{TlsTransport, spawn_channel_io};
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake};
 
 use super::circuit::HopTarget;
+use super::control::hub::ControlHub;
 use crate::glue;
 use crate::reactor::{ChannelHandle, spawn_client_reactor};
 
@@ -40,6 +41,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<ChannelHandle>>>;
 pub struct ChanMgr {
     transport: TlsTransport,
     slots: Arc<Mutex<HashMap<[u8; 20], Slot>>>,
+    hub: Option<Arc<ControlHub>>,
 }
 
 impl std::fmt::Debug for ChanMgr {
@@ -54,7 +56,27 @@ impl ChanMgr {
         ChanMgr {
             transport,
             slots: Arc::new(Mutex::new(HashMap::new())),
+            hub: None,
         }
+    }
+
+    /// Report channels (ORCONN) and the circuits built on them to `hub`.
+    pub fn with_hub(mut self, hub: Arc<ControlHub>) -> Self {
+        self.hub = Some(hub);
+        self
+    }
+
+    /// Peers with a live channel.
+    pub fn live_peers(&self) -> Vec<[u8; 20]> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .filter(|(_, s)| match s.try_lock() {
+                Ok(g) => g.as_ref().is_some_and(|h| !h.is_closed()),
+                Err(_) => true,
+            })
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// A channel to `target`, opening one if needed.
@@ -86,6 +108,29 @@ impl ChanMgr {
 
     /// Open a fresh channel (TLS + handshake) and start its reactor.
     pub async fn connect(&self, target: &HopTarget) -> Result<ChannelHandle, ChanError> {
+        let Some(hub) = &self.hub else {
+            return self.connect_inner(target).await;
+        };
+        hub.orconn(target.rsa_id, &target.nickname, "LAUNCHED", None);
+        match self.connect_inner(target).await {
+            Ok(mut h) => {
+                hub.orconn(target.rsa_id, &target.nickname, "CONNECTED", None);
+                h.hub = Some(hub.clone());
+                Ok(h)
+            }
+            Err(e) => {
+                let reason = match &e {
+                    ChanError::Handshake(_) => "IDENTITY",
+                    ChanError::TooMany => "RESOURCELIMIT",
+                    ChanError::Link(_) => "CONNECTREFUSED",
+                };
+                hub.orconn(target.rsa_id, &target.nickname, "FAILED", Some(reason));
+                Err(e)
+            }
+        }
+    }
+
+    async fn connect_inner(&self, target: &HopTarget) -> Result<ChannelHandle, ChanError> {
         let (mut tls, info) = self.transport.connect(target.or_addr).await?;
         let digest = info
             .responder_cert_digest()

@@ -17,6 +17,8 @@ use super::circuit::{self, BuildError, Circuit, HopTarget};
 pub struct IsolationKey {
     /// SOCKS username and password, if any.
     pub socks_auth: Option<(Vec<u8>, Vec<u8>)>,
+    /// NEWNYM epoch: streams from before and after a NEWNYM never share.
+    pub nym_epoch: u64,
 }
 
 /// What a circuit is for.

@@ -94,6 +94,8 @@ pub struct Circuit {
     pub built_at: Instant,
     /// How long the build took.
     pub build_time: Duration,
+    /// The id the control port knows it by (0: not tracked).
+    pub ctl_id: u64,
     first_used: Mutex<Option<Instant>>,
 }
 
@@ -154,6 +156,9 @@ impl Circuit {
 
 impl Drop for Circuit {
     fn drop(&mut self) {
+        if let Some(h) = &self.chan.hub {
+            h.circ_closed(self.ctl_id, self.is_closed());
+        }
         self.chan.try_send(ChanCommand::Destroy {
             circ_id: self.circ_id,
         });
@@ -166,7 +171,55 @@ pub async fn build(
     path: Vec<HopTarget>,
     timeout: Duration,
 ) -> Result<Circuit, BuildError> {
+    let id = chan.hub.as_ref().map(|h| h.circ_launched(&path, false));
+    build_launched(chan, path, timeout, id.unwrap_or(0)).await
+}
+
+/// [`build`] for a circuit the control port already announced as `ctl_id`.
+pub async fn build_launched(
+    chan: ChannelHandle,
+    path: Vec<HopTarget>,
+    timeout: Duration,
+    ctl_id: u64,
+) -> Result<Circuit, BuildError> {
+    let hub = chan.hub.clone();
+    let res = build_inner(chan, path, timeout, ctl_id).await;
+    if let Some(h) = &hub {
+        match &res {
+            Ok(c) => h.circ_built(
+                ctl_id,
+                c.chan.clone(),
+                c.circ_id,
+                c.credits.clone(),
+                c.build_time,
+            ),
+            Err(e) => h.circ_failed(
+                ctl_id,
+                match e {
+                    BuildError::Timeout(_) => "TIMEOUT",
+                    BuildError::Channel { .. } => "CONNECTFAILED",
+                    BuildError::Hop { .. } => "DESTROYED",
+                    BuildError::EmptyPath => "NOPATH",
+                },
+            ),
+        }
+    }
+    res
+}
+
+async fn build_inner(
+    chan: ChannelHandle,
+    path: Vec<HopTarget>,
+    timeout: Duration,
+    ctl_id: u64,
+) -> Result<Circuit, BuildError> {
     let start = Instant::now();
+    let hub = chan.hub.clone();
+    let report = |done: usize| {
+        if let Some(h) = &hub {
+            h.circ_extended(ctl_id, &path, done, done == path.len());
+        }
+    };
     let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
     let fut = async {
         // First hop: CREATE2 with ntor or ntor-v3.
@@ -198,6 +251,7 @@ pub async fn build(
         })
         .await
         .map_err(|e| hop_err(0, &first, e))?;
+        report(1);
         for (i, hop) in path.iter().enumerate().skip(1) {
             let (state, htype, onionskin) = glue::handshake_start(hop);
             let msg = Extend2 {
@@ -224,6 +278,7 @@ pub async fn build(
             chan.send(ChanCommand::AddHop { circ_id, layer })
                 .await
                 .map_err(|e| hop_err(i, hop, e))?;
+            report(i + 1);
         }
         let mut guard = guard;
         guard.armed = false;
@@ -246,6 +301,7 @@ pub async fn build(
         path,
         built_at: Instant::now(),
         build_time,
+        ctl_id,
         first_used: Mutex::new(None),
     })
 }

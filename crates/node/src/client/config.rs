@@ -74,6 +74,44 @@ pub struct ClientConfig {
     /// Only use these relays as exits (tor's `ExitNodes`, strictly).
     #[serde(default)]
     pub exit_nodes: Vec<String>,
+    /// Control port (tor's `ControlPort`), e.g. `"127.0.0.1:9051"`.
+    #[serde(default)]
+    pub control_port: Option<SocketAddr>,
+    /// Control port on a unix socket (mode 0600).
+    #[serde(default)]
+    pub control_socket: Option<PathBuf>,
+    /// Cookie authentication (tor's `CookieAuthentication`); default: on
+    /// unless a hashed password is configured.
+    #[serde(default)]
+    pub cookie_authentication: Option<bool>,
+    /// Where the cookie goes (default `<data_dir>/control_auth_cookie`).
+    #[serde(default)]
+    pub cookie_auth_file: Option<PathBuf>,
+    /// Accepted passwords, hashed as `onionmix hash-password` (or
+    /// `tor --hash-password`) prints them: `16:...`.
+    #[serde(default)]
+    pub hashed_control_password: Vec<String>,
+    /// Most simultaneous control connections.
+    #[serde(default = "default_max_control")]
+    pub max_control_connections: usize,
+    /// Exit when this process is gone (tor's `__OwningControllerProcess`).
+    #[serde(default)]
+    pub owning_controller_process: Option<u32>,
+    /// Let the controller attach every stream (`__LeaveStreamsUnattached`).
+    #[serde(default)]
+    pub leave_streams_unattached: bool,
+    /// Allow the control port on a non-loopback address.
+    #[serde(default)]
+    pub allow_public_control: bool,
+    /// Prometheus metrics over HTTP (tor's `MetricsPort`).
+    #[serde(default)]
+    pub metrics_port: Option<SocketAddr>,
+    /// Allow the metrics port on a non-loopback address.
+    #[serde(default)]
+    pub allow_public_metrics: bool,
+    /// The file this was loaded from (`GETINFO config-file`, RELOAD).
+    #[serde(skip)]
+    pub config_path: Option<PathBuf>,
 }
 
 /// Parse a relay fingerprint as written in configs: 40 hex digits,
@@ -107,6 +145,9 @@ fn default_stream_timeout() -> u64 {
 fn default_max_socks() -> usize {
     4096
 }
+fn default_max_control() -> usize {
+    64
+}
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -139,13 +180,15 @@ impl ClientConfig {
             path: path.to_owned(),
             err,
         })?;
-        Self::parse(&text).map_err(|e| match e {
+        let mut c = Self::parse(&text).map_err(|e| match e {
             ConfigError::Parse { err, .. } => ConfigError::Parse {
                 path: path.to_owned(),
                 err,
             },
             other => other,
-        })
+        })?;
+        c.config_path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()));
+        Ok(c)
     }
 
     /// Parse and validate config text.
@@ -193,6 +236,29 @@ impl ClientConfig {
                     "{what}: {bad:?} is not a relay fingerprint (40 hex digits)"
                 )));
             }
+        }
+        for (what, addr, allowed) in [
+            ("control_port", self.control_port, self.allow_public_control),
+            ("metrics_port", self.metrics_port, self.allow_public_metrics),
+        ] {
+            if let Some(a) = addr
+                && !a.ip().is_loopback()
+                && !allowed
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{what} {a} is not a loopback address; set allow_public_{} = true if you mean it",
+                    what.trim_end_matches("_port")
+                )));
+            }
+        }
+        for h in &self.hashed_control_password {
+            onionmix_frontend::control::auth::HashedPassword::parse(h)
+                .map_err(|e| ConfigError::Invalid(format!("hashed_control_password: {e}")))?;
+        }
+        if self.max_control_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "max_control_connections must be positive".into(),
+            ));
         }
         if self.circuit_build_timeout_secs == 0 || self.stream_timeout_secs == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));

@@ -345,7 +345,8 @@ impl DirMgr {
         }
     }
 
-    fn hop(r: &onionmix_netdoc::Relay) -> HopTarget {
+    /// How to reach and handshake with a relay.
+    pub fn hop(r: &onionmix_netdoc::Relay) -> HopTarget {
         HopTarget {
             nickname: r.nickname.clone(),
             rsa_id: r.rsa_id,

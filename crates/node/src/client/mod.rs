@@ -5,6 +5,7 @@ pub mod chanmgr;
 pub mod circmgr;
 pub mod circuit;
 pub mod config;
+pub mod control;
 pub mod dir;
 pub mod socks;
 pub mod stream;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use onionmix_link::TlsTransport;
@@ -22,7 +23,12 @@ use onionmix_link::TlsTransport;
 use chanmgr::ChanMgr;
 use circmgr::{CircMgr, CircMgrConfig, IsolationKey};
 use config::ClientConfig;
+use control::hub::ControlHub;
 use dir::DirMgr;
+
+/// Paths drawn after NEWNYM looking for an exit the old circuits did not
+/// use, before settling for one that did (only one exit can serve).
+const NEWNYM_EXIT_TRIES: usize = 32;
 
 /// A running client.
 #[derive(Clone)]
@@ -31,8 +37,16 @@ pub struct Client {
     pub dir: Arc<DirMgr>,
     /// Circuit manager.
     pub circmgr: CircMgr,
-    /// Where SOCKS listens.
+    /// Where SOCKS listened at start (`SETCONF SocksPort` may move it;
+    /// `GETINFO net/listeners/socks` tells where it is now).
     pub socks_addr: SocketAddr,
+    /// Where the control port listens (TCP), if configured.
+    pub control_addr: Option<SocketAddr>,
+    /// Where the metrics port listens, if configured.
+    pub metrics_addr: Option<SocketAddr>,
+    /// What the control and metrics ports see.
+    pub hub: Arc<ControlHub>,
+    shutdown: Arc<Notify>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -60,15 +74,49 @@ impl Client {
         let cfg = Arc::new(cfg);
         let dir = Arc::new(DirMgr::new(cfg.clone()).map_err(ClientError::Setup)?);
         let transport = TlsTransport::client().map_err(|e| ClientError::Setup(e.to_string()))?;
-        let chanmgr = ChanMgr::new(transport);
+        let hub = Arc::new(ControlHub::new());
+        hub.leave_unattached.store(
+            cfg.leave_streams_unattached,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let chanmgr = ChanMgr::new(transport).with_hub(hub.clone());
         let (d1, d2, d3) = (dir.clone(), dir.clone(), dir.clone());
+        let hp = hub.clone();
         let circmgr = CircMgr::new(
             CircMgrConfig {
                 build_timeout: cfg.circuit_build_timeout(),
                 max_dirtiness: cfg.max_dirtiness(),
             },
-            chanmgr,
-            Arc::new(move |p, avoid| d1.pick_path(p, avoid)),
+            chanmgr.clone(),
+            Arc::new(move |p, avoid| {
+                if hp
+                    .disable_network
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    return Err("DisableNetwork is set".into());
+                }
+                // After NEWNYM, prefer exits the old circuits did not use.
+                let extra = hp
+                    .newnym_avoid
+                    .lock()
+                    .map(|g| g.clone())
+                    .unwrap_or_default();
+                let first = d1.pick_path(p, avoid)?;
+                let old_exit = |path: &[circuit::HopTarget]| {
+                    path.len() > 1 && path.last().is_some_and(|h| extra.contains(&h.rsa_id))
+                };
+                if !old_exit(&first) {
+                    return Ok(first);
+                }
+                for _ in 0..NEWNYM_EXIT_TRIES {
+                    if let Ok(path) = d1.pick_path(p, avoid)
+                        && !old_exit(&path)
+                    {
+                        return Ok(path);
+                    }
+                }
+                Ok(first)
+            }),
             Arc::new(move |id, port| d2.exit_allows(id, port)),
             Arc::new(move |id, ok| d3.report_guard(id, ok)),
         );
@@ -88,12 +136,42 @@ impl Client {
             stream_timeout: cfg.stream_timeout(),
             ready: ready_rx.clone(),
             extended_errors: cfg.socks_extended_errors,
+            hub: hub.clone(),
         };
-        tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
+        let socks_listener = socks::SocksListener::start(
+            listener,
+            ctx,
+            cfg.max_socks_connections,
+            cfg.allow_public_socks,
+        );
+        let shutdown = Arc::new(Notify::new());
+        let control_addr = control::start(control::ControlParts {
+            hub: hub.clone(),
+            dir: dir.clone(),
+            circmgr: circmgr.clone(),
+            chanmgr,
+            cfg: cfg.clone(),
+            socks: socks_listener,
+            shutdown: shutdown.clone(),
+        })
+        .await
+        .map_err(ClientError::Setup)?;
+        let metrics_addr = match cfg.metrics_port {
+            Some(a) => Some(
+                crate::metrics::serve(a, crate::metrics::Source::Client(hub.clone()))
+                    .await
+                    .map_err(ClientError::Setup)?,
+            ),
+            None => None,
+        };
         let client = Client {
             dir,
             circmgr,
             socks_addr,
+            control_addr,
+            metrics_addr,
+            hub,
+            shutdown,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -148,8 +226,26 @@ impl Client {
         }
     }
 
+    /// Wait until something (SIGNAL SHUTDOWN/HALT, the owning controller
+    /// going away) asks the client to exit.
+    pub async fn shutdown_requested(&self) {
+        self.shutdown.notified().await;
+    }
+
+    async fn wait_network_enabled(&self) {
+        while self
+            .hub
+            .disable_network
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     async fn bootstrap_and_maintain(self, ready: watch::Sender<bool>) {
+        self.wait_network_enabled().await;
         info!("Bootstrapped 5% (conn): Connecting to a directory authority");
+        self.hub.bootstrap(5, "conn", "Connecting to a relay");
         // Testing networks publish their first consensus within seconds:
         // retry often there; back off to 30 s on the real network.
         let max_delay = if self.testing {
@@ -169,14 +265,25 @@ impl Client {
             }
         }
         info!("Bootstrapped 75% (enough_dirinfo): Loaded enough directory info to build circuits");
+        self.hub.bootstrap(
+            75,
+            "enough_dirinfo",
+            "Loaded enough directory info to build circuits",
+        );
+        self.hub
+            .bootstrap(95, "circuit_create", "Establishing a Tor circuit");
         let mut delay = Duration::from_secs(1);
         loop {
+            self.wait_network_enabled().await;
             match self
                 .circmgr
                 .get_exit_circuit(&IsolationKey::default(), None)
                 .await
             {
-                Ok(_) => break,
+                Ok(c) => {
+                    self.hub.circ_handle(&c, false);
+                    break;
+                }
                 Err(e) => {
                     warn!("could not build a first circuit: {e}; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
@@ -188,6 +295,8 @@ impl Client {
             }
         }
         info!("Bootstrapped 100% (done): Done");
+        self.hub.bootstrap(100, "done", "Done");
+        self.hub.log("NOTICE", "Bootstrapped 100% (done): Done");
         let _ = ready.send(true);
         loop {
             // Sleep towards the refresh time in slices, so a wall clock
@@ -196,6 +305,7 @@ impl Client {
             while crate::clock::now() < at {
                 tokio::time::sleep(crate::clock::sleep_towards(at)).await;
             }
+            self.wait_network_enabled().await;
             // Once circuits exist, fetch over BEGIN_DIR; fall back to DirPort.
             if let Err(e) = self.dir.refresh(Some(&self.circmgr)).await {
                 warn!("directory refresh failed: {e}");
@@ -217,8 +327,11 @@ fn create_private_dir(p: &std::path::Path) -> Result<(), String> {
 
 /// Run a client until SIGINT/SIGTERM.
 pub async fn run(cfg: ClientConfig) -> Result<(), ClientError> {
-    let _client = Client::start(cfg).await?;
-    wait_for_shutdown().await;
+    let client = Client::start(cfg).await?;
+    tokio::select! {
+        _ = wait_for_shutdown() => {}
+        _ = client.shutdown_requested() => {}
+    }
     info!("shutting down");
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The SOCKS5 listener: one task per connection; each request is matched to
 //! a circuit by its isolation key and exit port, and the stream is pumped.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,6 +18,8 @@ use onionmix_frontend::socks::{
 };
 
 use super::circmgr::{CircMgr, IsolationKey};
+use super::control::hub::ControlHub;
+use super::control::streams::Tracked;
 use super::stream::StreamError;
 use crate::reactor::{StreamEvent, StreamRequest};
 
@@ -57,13 +60,89 @@ pub struct SocksContext {
     /// Send tor's extended SOCKS5 errors (0xF0-0xF7, prop 304) where they
     /// apply, as tor's `SocksPort ... ExtendedErrors` does.
     pub extended_errors: bool,
+    /// What the control and metrics ports see.
+    pub hub: Arc<ControlHub>,
+}
+
+/// The SOCKS listener, which the control port can move (SETCONF SocksPort).
+pub struct SocksListener {
+    ctx: SocksContext,
+    max_conns: usize,
+    allow_public: bool,
+    cur: std::sync::Mutex<Option<(SocketAddr, tokio::task::AbortHandle)>>,
+}
+
+impl std::fmt::Debug for SocksListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocksListener")
+            .field("addr", &self.addr())
+            .finish()
+    }
+}
+
+impl SocksListener {
+    /// Serve `listener`.
+    pub fn start(
+        listener: TcpListener,
+        ctx: SocksContext,
+        max_conns: usize,
+        allow_public: bool,
+    ) -> Arc<Self> {
+        let addr = listener.local_addr().ok();
+        let task = tokio::spawn(serve(listener, ctx.clone(), max_conns));
+        Arc::new(SocksListener {
+            ctx,
+            max_conns,
+            allow_public,
+            cur: std::sync::Mutex::new(addr.map(|a| (a, task.abort_handle()))),
+        })
+    }
+
+    /// Where SOCKS listens now (None: closed).
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.cur
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(a, _)| *a)
+    }
+
+    /// Listen on `addr` instead (None: stop listening). Connections already
+    /// accepted carry on.
+    pub fn rebind(&self, addr: Option<SocketAddr>) -> Result<(), String> {
+        let new = match addr {
+            Some(a) => {
+                if !a.ip().is_loopback() && !self.allow_public {
+                    return Err(format!(
+                        "{a} is not a loopback address (allow_public_socks is off)"
+                    ));
+                }
+                let std = std::net::TcpListener::bind(a)
+                    .map_err(|e| format!("cannot listen on {a}: {e}"))?;
+                std.set_nonblocking(true).map_err(|e| e.to_string())?;
+                let l = TcpListener::from_std(std).map_err(|e| e.to_string())?;
+                let bound = l.local_addr().map_err(|e| e.to_string())?;
+                let task = tokio::spawn(serve(l, self.ctx.clone(), self.max_conns));
+                Some((bound, task.abort_handle()))
+            }
+            None => None,
+        };
+        let old = std::mem::replace(
+            &mut *self.cur.lock().unwrap_or_else(|e| e.into_inner()),
+            new,
+        );
+        if let Some((_, h)) = old {
+            h.abort();
+        }
+        Ok(())
+    }
 }
 
 /// Accept SOCKS connections forever.
 pub async fn serve(listener: TcpListener, ctx: SocksContext, max_conns: usize) {
     let limit = Arc::new(Semaphore::new(max_conns));
     loop {
-        let (sock, _peer) = match listener.accept().await {
+        let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 warn!("SOCKS accept failed: {e}");
@@ -79,7 +158,7 @@ pub async fn serve(listener: TcpListener, ctx: SocksContext, max_conns: usize) {
         };
         let ctx = ctx.clone();
         tokio::spawn(async move {
-            if let Err(e) = handle(sock, ctx).await {
+            if let Err(e) = handle(sock, peer, ctx).await {
                 debug!("SOCKS connection closed: {e}");
             }
             drop(permit);
@@ -126,7 +205,7 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
     }
 }
 
-async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
+async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Result<(), String> {
     let req = tokio::time::timeout(SOCKS_HANDSHAKE_TIMEOUT, read_request(&mut sock))
         .await
         .map_err(|_| "SOCKS handshake timed out".to_string())??;
@@ -140,6 +219,8 @@ async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
             return Err(refusal_reason(&kind).into());
         }
     }
+    let epoch = ctx.hub.epoch.load(Ordering::Relaxed);
+    let tr = Tracked::new(&ctx.hub, &req, peer, epoch);
     let mut ready = ctx.ready.clone();
     if !*ready.borrow() {
         let ok = matches!(
@@ -150,15 +231,17 @@ async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
             let _ = sock
                 .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
                 .await;
+            tr.failed(onionmix_cell::relay::end_reason::TIMEOUT, false);
             return Err("not bootstrapped yet".into());
         }
     }
     let key = IsolationKey {
         socks_auth: req.auth.clone(),
+        nym_epoch: epoch,
     };
     match req.cmd {
-        SocksCmd::Connect => connect(sock, ctx, key, req).await,
-        SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req).await,
+        SocksCmd::Connect => connect(sock, ctx, key, req, tr).await,
+        SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
     }
 }
 
@@ -185,11 +268,32 @@ fn refusal_reason(kind: &HostKind) -> &'static str {
     }
 }
 
+/// The circuit for a stream: the controller's choice when it attaches
+/// streams, otherwise the circuit manager's.
+async fn circuit_for(
+    ctx: &SocksContext,
+    tr: &Tracked,
+    key: &IsolationKey,
+    port: Option<u16>,
+) -> Result<Arc<super::circuit::Circuit>, String> {
+    if tr.controller_attaches() {
+        return tr
+            .wait_attach()
+            .await
+            .ok_or_else(|| "the controller did not attach the stream".to_string());
+    }
+    ctx.circmgr
+        .get_exit_circuit(key, port)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 async fn connect(
     mut sock: TcpStream,
     ctx: SocksContext,
     key: IsolationKey,
     req: SocksRequest,
+    mut tr: Tracked,
 ) -> Result<(), String> {
     let flags = match req.host {
         TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
@@ -206,15 +310,17 @@ async fn connect(
     // to MAX_STREAM_ATTEMPTS; the circuit takes no new streams afterwards.
     let mut last_err = StreamError::Timeout;
     for attempt in 0..MAX_STREAM_ATTEMPTS {
-        let circ = match ctx.circmgr.get_exit_circuit(&key, Some(req.port)).await {
+        let circ = match circuit_for(&ctx, &tr, &key, Some(req.port)).await {
             Ok(c) => c,
             Err(e) => {
                 let _ = sock
                     .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
                     .await;
+                tr.failed(onionmix_cell::relay::end_reason::MISC, false);
                 return Err(format!("no circuit: {e}"));
             }
         };
+        tr.sent(&circ);
         match circ
             .open_stream(StreamRequest::Begin(begin.clone()), ctx.stream_timeout)
             .await
@@ -224,8 +330,16 @@ async fn connect(
                 sock.write_all(&req.reply(reply_code::SUCCEEDED, bound))
                     .await
                     .map_err(|e| e.to_string())?;
-                let (up, down) = stream.pump(sock, STREAM_IDLE_TIMEOUT).await;
-                debug!("stream closed: {up} bytes up, {down} bytes down");
+                tr.succeeded();
+                let close = tr.close_requested();
+                let counted = tr.count(sock);
+                tokio::select! {
+                    (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
+                        debug!("stream closed: {up} bytes up, {down} bytes down");
+                    }
+                    _ = close => debug!("stream closed by the controller"),
+                }
+                tr.closed();
                 return Ok(());
             }
             Ok(_) => {
@@ -240,15 +354,20 @@ async fn connect(
                 };
                 debug!("stream attempt {} failed: {e}", attempt + 1);
                 last_err = e;
-                if !retry {
+                if !retry || tr.controller_attaches() {
                     break;
                 }
+                tr.detached(last_err.end_reason());
                 ctx.circmgr.retire(&circ);
             }
         }
     }
     let code = end_reason_to_reply(last_err.end_reason());
     let _ = sock.write_all(&req.reply(code, None)).await;
+    tr.failed(
+        last_err.end_reason(),
+        matches!(last_err, StreamError::End(_)),
+    );
     Err(format!("connect failed: {last_err}"))
 }
 
@@ -257,6 +376,7 @@ async fn resolve(
     ctx: SocksContext,
     key: IsolationKey,
     req: SocksRequest,
+    mut tr: Tracked,
 ) -> Result<(), String> {
     let name = match (&req.cmd, &req.host) {
         (SocksCmd::ResolvePtr, TargetHost::Ip(ip)) => socks::ptr_name(*ip),
@@ -266,18 +386,22 @@ async fn resolve(
             let _ = sock
                 .write_all(&req.reply(reply_code::SUCCEEDED, Some((*ip, 0))))
                 .await;
+            tr.succeeded();
+            tr.closed();
             return Ok(());
         }
     };
-    let circ = match ctx.circmgr.get_exit_circuit(&key, None).await {
+    let circ = match circuit_for(&ctx, &tr, &key, None).await {
         Ok(c) => c,
         Err(e) => {
             let _ = sock
                 .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
                 .await;
+            tr.failed(onionmix_cell::relay::end_reason::MISC, false);
             return Err(format!("no circuit: {e}"));
         }
     };
+    tr.sent(&circ);
     let answers = match circ
         .open_stream(StreamRequest::Resolve(name), ctx.stream_timeout)
         .await
@@ -287,9 +411,12 @@ async fn resolve(
         Err(e) => {
             let code = end_reason_to_reply(e.end_reason());
             let _ = sock.write_all(&req.reply(code, None)).await;
+            tr.failed(e.end_reason(), matches!(e, StreamError::End(_)));
             return Err(format!("resolve failed: {e}"));
         }
     };
+    tr.succeeded();
+    tr.closed();
     let reply = if req.cmd == SocksCmd::ResolvePtr {
         // SOCKS4 cannot carry a name back.
         answers.iter().find_map(|a| match a {

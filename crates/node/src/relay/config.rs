@@ -91,6 +91,13 @@ pub struct RelayConfig {
     /// Worker threads (0: one per core).
     #[serde(default)]
     pub threads: usize,
+    /// Prometheus metrics over HTTP (tor's `MetricsPort`); loopback
+    /// unless `allow_public_metrics`.
+    #[serde(default)]
+    pub metrics_port: Option<std::net::SocketAddr>,
+    /// Allow the metrics port on a non-loopback address.
+    #[serde(default)]
+    pub allow_public_metrics: bool,
     /// Seconds between descriptor uploads.
     #[serde(default = "default_publish")]
     pub publish_interval_secs: u64,
@@ -184,6 +191,14 @@ impl RelayConfig {
             ));
         }
         c.exit_policy()?;
+        if let Some(m) = c.metrics_port
+            && !m.ip().is_loopback()
+            && !c.allow_public_metrics
+        {
+            return Err(format!(
+                "metrics_port {m} is not a loopback address; set allow_public_metrics = true if you mean it"
+            ));
+        }
         if c.onion_key_rotation_secs < 60 || c.onion_key_grace_secs >= c.onion_key_rotation_secs {
             return Err(
                 "onion_key_rotation_secs must be >= 60 and longer than onion_key_grace_secs".into(),

@@ -450,6 +450,9 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", ctx.cfg.or_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     ctx.bound_or_port.store(addr.port(), Ordering::Relaxed);
+    if let Some(m) = ctx.cfg.metrics_port {
+        crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
+    }
     tokio::spawn(oom::oom_loop(ctx.clone()));
     tokio::spawn(serve(ctx, listener));
     Ok(addr)

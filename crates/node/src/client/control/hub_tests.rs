@@ -1,0 +1,130 @@
+//! The hub without a network: event fan-out, bounded queues, circuit and
+//! stream bookkeeping, NEWNYM's rate limit.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use onionmix_frontend::control::events::{EventMask, StreamStatus};
+
+use super::hub::{ControlHub, EVENT_QUEUE};
+use crate::client::circuit::HopTarget;
+
+fn hop(n: u8) -> HopTarget {
+    HopTarget {
+        nickname: format!("r{n}"),
+        rsa_id: [n; 20],
+        ed_id: None,
+        or_addr: "127.0.0.1:5000".parse().unwrap(),
+        ntor_key: [0; 32],
+        ntor_v3: false,
+    }
+}
+
+fn mask(names: &[&str]) -> EventMask {
+    let mut m = EventMask::default();
+    for n in names {
+        assert!(m.add(n));
+    }
+    m
+}
+
+#[test]
+fn circuit_events_and_status() {
+    let hub = ControlHub::new();
+    let (sub, mut rx) = hub.subscribe().unwrap();
+    hub.set_mask(sub, mask(&["CIRC"]));
+    let path = vec![hop(1), hop(2), hop(3)];
+    let id = hub.circ_launched(&path, false);
+    hub.circ_extended(id, &path, 1, false);
+    hub.circ_extended(id, &path, 3, true);
+    let got: Vec<String> = (0..3)
+        .map(|_| String::from_utf8(rx.try_recv().unwrap()).unwrap())
+        .collect();
+    assert!(got[0].starts_with(&format!(
+        "650 CIRC {id} LAUNCHED BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED="
+    )));
+    assert!(got[1].starts_with(&format!("650 CIRC {id} EXTENDED ${}~r1 ", "01".repeat(20))));
+    assert!(got[2].contains(&format!("~r2,${}~r3 ", "03".repeat(20))));
+    assert!(hub.circuit_status().starts_with(&format!("{id} BUILT ")));
+    hub.circ_failed(id, "TIMEOUT");
+    let f = String::from_utf8(rx.try_recv().unwrap()).unwrap();
+    assert!(
+        f.starts_with(&format!("650 CIRC {id} FAILED ")) && f.ends_with(" REASON=TIMEOUT\r\n"),
+        "{f}"
+    );
+    assert_eq!(hub.circuit_status(), "");
+}
+
+#[test]
+fn nothing_is_formatted_for_nobody_and_full_queues_drop_the_subscriber() {
+    let hub = ControlHub::new();
+    let mut called = false;
+    hub.emit("BW", || {
+        called = true;
+        Vec::new()
+    });
+    assert!(!called, "an event nobody asked for was built");
+    let (sub, rx) = hub.subscribe().unwrap();
+    hub.set_mask(sub, mask(&["BW"]));
+    assert!(hub.wants("BW") && !hub.wants("CIRC"));
+    for _ in 0..=EVENT_QUEUE {
+        hub.tick_bandwidth();
+    }
+    assert!(
+        !hub.wants("BW"),
+        "the subscriber with a full queue was not dropped"
+    );
+    assert_eq!(
+        hub.counters
+            .control_overflow
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    drop(rx);
+}
+
+#[test]
+fn stream_lifecycle() {
+    let hub = ControlHub::new();
+    let (sub, mut rx) = hub.subscribe().unwrap();
+    hub.set_mask(sub, mask(&["STREAM"]));
+    let id = hub.stream_new(StreamStatus {
+        id: 0,
+        status: "NEW",
+        circ_id: 0,
+        target: "127.0.0.1:80".into(),
+        reason: None,
+        remote_reason: None,
+        source_addr: Some("127.0.0.1:4000".into()),
+        purpose: Some("USER"),
+        socks_auth: None,
+        client_protocol: "SOCKS5",
+        nym_epoch: 0,
+    });
+    assert_eq!(hub.stream_status_text(), format!("{id} NEW 0 127.0.0.1:80"));
+    hub.stream_status(id, "SENTCONNECT", Some(7), None, None);
+    hub.stream_status(id, "FAILED", None, None, Some("CONNECTREFUSED"));
+    assert_eq!(hub.stream_status_text(), "");
+    let evs: Vec<String> = (0..3)
+        .map(|_| String::from_utf8(rx.try_recv().unwrap()).unwrap())
+        .collect();
+    assert!(evs[0].starts_with(&format!(
+        "650 STREAM {id} NEW 0 127.0.0.1:80 SOURCE_ADDR=127.0.0.1:4000 PURPOSE=USER"
+    )));
+    assert!(evs[1].starts_with(&format!("650 STREAM {id} SENTCONNECT 7 127.0.0.1:80 ")));
+    assert!(evs[2].starts_with(&format!(
+        "650 STREAM {id} FAILED 7 127.0.0.1:80 REASON=END REMOTE_REASON=CONNECTREFUSED"
+    )));
+}
+
+#[test]
+fn newnym_rate_limit_like_tor() {
+    let hub = ControlHub::new();
+    assert_eq!(hub.newnym_due(), Some(Duration::ZERO));
+    hub.newnym_apply();
+    let d = hub.newnym_due().unwrap();
+    assert!(d > Duration::ZERO && d <= Duration::from_secs(10));
+    assert_eq!(hub.newnym_due(), None, "one deferred NEWNYM at a time");
+    hub.newnym_apply();
+    assert_eq!(hub.epoch.load(std::sync::atomic::Ordering::Relaxed), 2);
+}

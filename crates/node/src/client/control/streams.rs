@@ -1,0 +1,238 @@
+//! What the SOCKS front end tells the control port about a stream (STREAM
+//! events, `stream-status`, ATTACHSTREAM, CLOSESTREAM), and byte counting
+//! on the application socket for BW, CIRC_BW and `traffic/*`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+
+use onionmix_cell::relay::TargetHost;
+use onionmix_frontend::control::events::{StreamStatus, stream_reason_name};
+use onionmix_frontend::socks::{SocksCmd, SocksRequest, SocksVersion};
+
+use super::hub::ControlHub;
+use crate::client::circuit::Circuit;
+
+/// How long a stream waits for ATTACHSTREAM (tor closes unattached
+/// streams after about two minutes).
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One SOCKS request as the control port sees it.
+pub struct Tracked {
+    hub: Arc<ControlHub>,
+    /// The stream's controller id.
+    pub id: u64,
+    resolve: bool,
+    close_rx: Option<oneshot::Receiver<u8>>,
+    circ: Option<u64>,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Tracked {
+    /// A stream whose handler ended without saying how (an error writing
+    /// to the application) is reported closed, so no entry is left behind.
+    fn drop(&mut self) {
+        if !self.done.load(Ordering::Relaxed) {
+            self.hub
+                .stream_status(self.id, "CLOSED", None, Some("MISC"), None);
+        }
+    }
+}
+
+impl std::fmt::Debug for Tracked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracked").field("id", &self.id).finish()
+    }
+}
+
+fn target(req: &SocksRequest) -> String {
+    match &req.host {
+        TargetHost::Hostname(h) => format!("{h}:{}", req.port),
+        TargetHost::Ip(std::net::IpAddr::V6(a)) => format!("[{a}]:{}", req.port),
+        TargetHost::Ip(a) => format!("{a}:{}", req.port),
+    }
+}
+
+impl Tracked {
+    /// Announce a new request (STREAM NEW / NEWRESOLVE).
+    pub fn new(hub: &Arc<ControlHub>, req: &SocksRequest, peer: SocketAddr, epoch: u64) -> Tracked {
+        hub.dormant.store(false, Ordering::Relaxed);
+        let resolve = matches!(req.cmd, SocksCmd::Resolve | SocksCmd::ResolvePtr);
+        let status = StreamStatus {
+            id: 0,
+            status: if resolve { "NEWRESOLVE" } else { "NEW" },
+            circ_id: 0,
+            target: target(req),
+            reason: None,
+            remote_reason: None,
+            source_addr: Some(peer.to_string()),
+            purpose: Some(if resolve { "DNS_REQUEST" } else { "USER" }),
+            socks_auth: req.auth.clone(),
+            client_protocol: match req.version {
+                SocksVersion::V4 => "SOCKS4",
+                SocksVersion::V5 => "SOCKS5",
+            },
+            nym_epoch: epoch,
+        };
+        let id = hub.stream_new(status);
+        let (tx, rx) = oneshot::channel();
+        hub.with_stream(id, |e| e.close = Some(tx));
+        Tracked {
+            hub: hub.clone(),
+            id,
+            resolve,
+            close_rx: Some(rx),
+            circ: None,
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the controller attaches streams (`__LeaveStreamsUnattached`).
+    pub fn controller_attaches(&self) -> bool {
+        self.hub.leave_unattached.load(Ordering::Relaxed)
+    }
+
+    /// Wait for ATTACHSTREAM; None on timeout or if the stream is gone.
+    pub async fn wait_attach(&self) -> Option<Arc<Circuit>> {
+        let (tx, rx) = oneshot::channel();
+        self.hub.with_stream(self.id, |e| e.attach = Some(tx))?;
+        self.hub.emit("STREAM", || {
+            onionmix_frontend::control::reply::event(&format!(
+                "STREAM {} CONTROLLER_WAIT 0 {}",
+                self.id,
+                self.hub
+                    .with_stream(self.id, |e| e.status.target.clone())
+                    .unwrap_or_default()
+            ))
+        });
+        tokio::time::timeout(ATTACH_TIMEOUT, rx).await.ok()?.ok()
+    }
+
+    /// The stream is sent on `circ` (SENTCONNECT / SENTRESOLVE).
+    pub fn sent(&mut self, circ: &Arc<Circuit>) {
+        self.hub.circ_handle(circ, false);
+        self.circ = Some(circ.ctl_id);
+        let st = if self.resolve {
+            "SENTRESOLVE"
+        } else {
+            "SENTCONNECT"
+        };
+        self.hub
+            .stream_status(self.id, st, Some(circ.ctl_id), None, None);
+    }
+
+    /// The exit answered.
+    pub fn succeeded(&self) {
+        self.hub
+            .stream_status(self.id, "SUCCEEDED", None, None, None);
+    }
+
+    /// Retried on another circuit.
+    pub fn detached(&self, end_reason: u8) {
+        self.hub.stream_status(
+            self.id,
+            "DETACHED",
+            Some(0),
+            None,
+            Some(stream_reason_name(end_reason)),
+        );
+    }
+
+    /// Failed for good.
+    pub fn failed(&self, end_reason: u8, remote: bool) {
+        self.done.store(true, Ordering::Relaxed);
+        let name = stream_reason_name(end_reason);
+        let (r, rr) = if remote {
+            (None, Some(name))
+        } else {
+            (Some(name), None)
+        };
+        self.hub.stream_status(self.id, "FAILED", None, r, rr);
+    }
+
+    /// Closed after success.
+    pub fn closed(&self) {
+        self.done.store(true, Ordering::Relaxed);
+        self.hub
+            .stream_status(self.id, "CLOSED", None, Some("DONE"), None);
+    }
+
+    /// A future that resolves when CLOSESTREAM names this stream.
+    pub fn close_requested(&mut self) -> impl Future<Output = u8> + use<> {
+        let rx = self.close_rx.take();
+        async move {
+            match rx {
+                Some(rx) => rx.await.unwrap_or(0),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Wrap the application socket so bytes are counted for this stream's
+    /// circuit and the client.
+    pub fn count<S>(&self, sock: S) -> Counted<S> {
+        Counted {
+            inner: sock,
+            hub: self.hub.clone(),
+            circ: self.circ.and_then(|c| self.hub.circ_bw(c)),
+        }
+    }
+}
+
+/// A socket that counts bytes: what the application writes is written to
+/// the network, what it reads was read from the network.
+pub struct Counted<S> {
+    inner: S,
+    hub: Arc<ControlHub>,
+    circ: Option<Arc<(AtomicU64, AtomicU64)>>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len().saturating_sub(before) as u64;
+        if n > 0 {
+            self.hub.written.fetch_add(n, Ordering::Relaxed);
+            if let Some(c) = &self.circ {
+                c.1.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = &r {
+            let n = *n as u64;
+            self.hub.read.fetch_add(n, Ordering::Relaxed);
+            if let Some(c) = &self.circ {
+                c.0.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

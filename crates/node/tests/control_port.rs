@@ -1,0 +1,520 @@
+//! The client's control and metrics ports without a network: a client whose
+//! authority is unreachable still serves both (and SOCKS). Authentication,
+//! tor's replies, and bad input: long lines, bad quoting, unauthenticated
+//! commands, floods of connections and commands.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use onionmix_node::client::Client;
+use onionmix_node::client::config::ClientConfig;
+use onionmix_testsupport::ports::free_port;
+
+const T: Duration = Duration::from_secs(20);
+
+struct Fixture {
+    client: Client,
+    dir: tempfile::TempDir,
+    control: SocketAddr,
+    metrics: SocketAddr,
+}
+
+async fn start(extra: &str) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |_: ()| free_port("127.0.0.1").unwrap();
+    let (socks, control, metrics, dead) = (p(()), p(()), p(()), p(()));
+    let text = format!(
+        r#"
+data_dir = {:?}
+socks_listen = "127.0.0.1:{socks}"
+control_port = "127.0.0.1:{control}"
+control_socket = {:?}
+metrics_port = "127.0.0.1:{metrics}"
+max_control_connections = 8
+{extra}
+[[authority]]
+nickname = "nowhere"
+v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
+fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
+dir_addr = "127.0.0.1:{dead}"
+or_addr = "127.0.0.1:{dead}"
+"#,
+        dir.path().display().to_string(),
+        dir.path().join("control.sock").display().to_string(),
+    );
+    let cfg = ClientConfig::parse(&text).unwrap();
+    let client = Client::start(cfg).await.unwrap();
+    Fixture {
+        control: client.control_addr.unwrap(),
+        metrics: client.metrics_addr.unwrap(),
+        client,
+        dir,
+    }
+}
+
+struct Ctl {
+    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    w: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Ctl {
+    async fn connect(a: SocketAddr) -> Ctl {
+        let s = TcpStream::connect(a).await.unwrap();
+        let (r, w) = s.into_split();
+        Ctl {
+            r: BufReader::new(r),
+            w,
+        }
+    }
+    async fn send(&mut self, b: &[u8]) {
+        self.w.write_all(b).await.unwrap();
+    }
+    /// One whole reply (through its end line), as text.
+    async fn reply(&mut self) -> String {
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            let n = tokio::time::timeout(T, self.r.read_line(&mut line))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "connection closed; so far: {out:?}");
+            out.push_str(&line);
+            if line.as_bytes().get(3) == Some(&b'+') {
+                loop {
+                    let mut d = String::new();
+                    tokio::time::timeout(T, self.r.read_line(&mut d))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    out.push_str(&d);
+                    if d == ".\r\n" {
+                        break;
+                    }
+                }
+            } else if line.as_bytes().get(3) == Some(&b' ') {
+                return out;
+            }
+        }
+    }
+    async fn cmd(&mut self, c: &str) -> String {
+        self.send(format!("{c}\r\n").as_bytes()).await;
+        self.reply().await
+    }
+    async fn closed(&mut self) -> bool {
+        let mut b = [0u8; 64];
+        matches!(
+            tokio::time::timeout(T, self.r.read(&mut b)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+    async fn auth(a: SocketAddr, dir: &std::path::Path) -> Ctl {
+        let cookie = std::fs::read(dir.join("control_auth_cookie")).unwrap();
+        let mut c = Ctl::connect(a).await;
+        assert_eq!(
+            c.cmd(&format!("AUTHENTICATE {}", hex::encode(cookie)))
+                .await,
+            "250 OK\r\n"
+        );
+        c
+    }
+}
+
+/// A SOCKS5 CONNECT to a `.onion` name is answered at once (host
+/// unreachable), bootstrapped or not: proof the SOCKS port serves.
+async fn socks_answers(client: &Client) -> bool {
+    socks_answers_at(client.socks_addr).await
+}
+
+async fn socks_answers_at(a: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect(a).await else {
+        return false;
+    };
+    s.write_all(b"\x05\x01\x00").await.unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).await.unwrap();
+    let name = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.onion";
+    let mut req = vec![5, 1, 0, 3, name.len() as u8];
+    req.extend_from_slice(name);
+    req.extend_from_slice(&[0, 80]);
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    matches!(
+        tokio::time::timeout(T, s.read_exact(&mut rep)).await,
+        Ok(Ok(_))
+    ) && rep[0] == 5
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_and_replies_like_tor() {
+    let f = start("").await;
+    let cookie_path = f.dir.path().join("control_auth_cookie");
+    let meta = std::fs::metadata(&cookie_path).unwrap();
+    assert_eq!(meta.len(), 32);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    }
+    // PROTOCOLINFO, then nothing but authentication.
+    let mut c = Ctl::connect(f.control).await;
+    let pi = c.cmd("PROTOCOLINFO 1").await;
+    let canon = std::fs::canonicalize(&cookie_path).unwrap();
+    assert_eq!(
+        pi,
+        format!(
+            "250-PROTOCOLINFO 1\r\n250-AUTH METHODS=COOKIE,SAFECOOKIE COOKIEFILE=\"{}\"\r\n250-VERSION Tor=\"{}\"\r\n250 OK\r\n",
+            canon.display(),
+            onionmix_node::client::control::backend::version()
+        )
+    );
+    assert_eq!(
+        c.cmd("GETINFO version").await,
+        "514 Authentication required.\r\n"
+    );
+    assert!(c.closed().await);
+    // Bad cookie: 515 and closed.
+    let mut c = Ctl::connect(f.control).await;
+    assert_eq!(
+        c.cmd(&format!("AUTHENTICATE {}", "00".repeat(32))).await,
+        "515 Authentication failed: Authentication cookie did not match expected value.\r\n"
+    );
+    assert!(c.closed().await);
+    // Bad quoting: 512 and closed.
+    let mut c = Ctl::connect(f.control).await;
+    assert!(c.cmd("AUTHENTICATE \"abc").await.starts_with("512 "));
+    assert!(c.closed().await);
+
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    let r = c
+        .cmd("GETINFO version status/circuit-established net/listeners/socks dormant")
+        .await;
+    assert_eq!(
+        r,
+        format!(
+            "250-version={}\r\n250-status/circuit-established=0\r\n250-net/listeners/socks=\"{}\"\r\n250-dormant=0\r\n250 OK\r\n",
+            onionmix_node::client::control::backend::version(),
+            f.client.socks_addr
+        )
+    );
+    assert!(
+        c.cmd("GETINFO status/bootstrap-phase")
+            .await
+            .starts_with("250-status/bootstrap-phase=NOTICE BOOTSTRAP PROGRESS=")
+    );
+    assert_eq!(
+        c.cmd("GETINFO fingerprint").await,
+        "551 Not running in server mode\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETINFO nosuch").await,
+        "552 Unrecognized key \"nosuch\"\r\n"
+    );
+    assert_eq!(
+        c.cmd(
+            "GETCONF SocksPort DisableNetwork __LeaveStreamsUnattached __OwningControllerProcess"
+        )
+        .await,
+        format!(
+            "250-SocksPort={}\r\n250-DisableNetwork=0\r\n250-__LeaveStreamsUnattached=0\r\n250 __OwningControllerProcess\r\n",
+            f.client.socks_addr
+        )
+    );
+    assert_eq!(
+        c.cmd("SETCONF DisableNetwork=1 __LeaveStreamsUnattached=1")
+            .await,
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETCONF DisableNetwork __LeaveStreamsUnattached")
+            .await,
+        "250-DisableNetwork=1\r\n250 __LeaveStreamsUnattached=1\r\n"
+    );
+    assert_eq!(
+        c.cmd("RESETCONF DisableNetwork __LeaveStreamsUnattached")
+            .await,
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETCONF DisableNetwork __LeaveStreamsUnattached")
+            .await,
+        "250-DisableNetwork=0\r\n250 __LeaveStreamsUnattached=0\r\n"
+    );
+    assert_eq!(
+        c.cmd("SETCONF nosuch=1").await,
+        "552 Unrecognized option: Unknown option 'nosuch'.  Failing.\r\n"
+    );
+    assert!(c.cmd("SETCONF DisableNetwork=2").await.starts_with("513 "));
+    assert!(
+        c.cmd("SETCONF MaxCircuitDirtiness=1")
+            .await
+            .starts_with("553 ")
+    );
+    assert_eq!(c.cmd("SIGNAL NEWNYM").await, "250 OK\r\n");
+    assert_eq!(c.cmd("SIGNAL DORMANT").await, "250 OK\r\n");
+    assert_eq!(
+        c.cmd("GETINFO dormant").await,
+        "250-dormant=1\r\n250 OK\r\n"
+    );
+    assert_eq!(c.cmd("SIGNAL ACTIVE").await, "250 OK\r\n");
+    assert_eq!(
+        c.cmd("EXTENDCIRCUIT 0 $0123456789ABCDEF0123456789ABCDEF01234567")
+            .await,
+        "551 Couldn't start circuit\r\n"
+    );
+    assert_eq!(
+        c.cmd("CLOSECIRCUIT 99").await,
+        "552 Unknown circuit \"99\"\r\n"
+    );
+    assert_eq!(
+        c.cmd("ATTACHSTREAM 5 1").await,
+        "552 Unknown stream \"5\"\r\n"
+    );
+    assert_eq!(c.cmd("SETEVENTS CIRC STREAM BW").await, "250 OK\r\n");
+    // A BW event within a few seconds (one a second).
+    let ev = c.reply().await;
+    assert!(ev.starts_with("650 BW "), "{ev}");
+    assert_eq!(c.cmd("QUIT").await, "250 closing connection\r\n");
+    assert!(c.closed().await);
+
+    // The unix socket, mode 0600.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let sock = f.dir.path().join("control.sock");
+        assert_eq!(
+            std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let mut s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        s.write_all(b"PROTOCOLINFO\r\n").await.unwrap();
+        let mut buf = vec![0u8; 512];
+        let n = tokio::time::timeout(T, s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("250-PROTOCOLINFO 1\r\n"));
+    }
+
+    // Metrics.
+    let mut m = TcpStream::connect(f.metrics).await.unwrap();
+    m.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut body = String::new();
+    tokio::time::timeout(T, m.read_to_string(&mut body))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(body.starts_with("HTTP/1.0 200 OK\r\n"), "{body}");
+    assert!(
+        body.contains("onionmix_client_circuits{state=\"built\"} 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains("onionmix_client_circuit_build_seconds_bucket{le=\"+Inf\"}"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_and_floods_leave_socks_serving() {
+    let f = start("").await;
+    // A line past the limit: 500 and closed.
+    let mut c = Ctl::connect(f.control).await;
+    let long = vec![b'A'; 70 * 1024];
+    let _ = c.w.write_all(&long).await;
+    assert_eq!(c.reply().await, "500 Line too long.\r\n");
+    assert!(c.closed().await);
+    // A data block past the limit, after authenticating: 500 (if the
+    // reply gets through before the close) and the connection ends.
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    c.send(b"+LOADCONF\r\n").await;
+    let mut line = vec![b'x'; 1000];
+    line.extend_from_slice(b"\r\n");
+    for _ in 0..1200 {
+        if c.w.write_all(&line).await.is_err() {
+            break;
+        }
+    }
+    let mut got = String::new();
+    let r = tokio::time::timeout(T, c.r.read_line(&mut got))
+        .await
+        .unwrap();
+    assert!(
+        r.is_err() || got.is_empty() || got == "500 Command too long.\r\n",
+        "{got:?}"
+    );
+    // A flood of pipelined commands on one connection: every one answered,
+    // in order.
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    for _ in 0..30 {
+        c.send("GETINFO traffic/read\r\n".repeat(100).as_bytes())
+            .await;
+        for _ in 0..100 {
+            assert_eq!(c.reply().await, "250-traffic/read=0\r\n250 OK\r\n");
+        }
+    }
+    // A flood of connections: past the limit (8) they are refused, the
+    // ones inside it still work, and SOCKS still answers.
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        if let Ok(s) = TcpStream::connect(f.control).await {
+            held.push(s);
+        }
+    }
+    assert!(
+        socks_answers(&f.client).await,
+        "SOCKS stopped answering under a control flood"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut ok = false;
+    for _ in 0..20 {
+        let mut c = Ctl::connect(f.control).await;
+        c.send(b"PROTOCOLINFO\r\n").await;
+        let mut line = String::new();
+        if tokio::time::timeout(Duration::from_secs(2), c.r.read_line(&mut line))
+            .await
+            .is_ok_and(|r| r.is_ok())
+            && line.starts_with("250-PROTOCOLINFO")
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(ok, "control port did not recover after the flood");
+    let refused = f
+        .client
+        .hub
+        .counters
+        .control_refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(refused > 0, "the connection limit never applied");
+    assert!(socks_answers(&f.client).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owning_controller_connection_ends_the_client() {
+    let f = start("").await;
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(c.cmd("TAKEOWNERSHIP").await, "250 OK\r\n");
+    drop(c);
+    assert!(
+        tokio::time::timeout(T, f.client.shutdown_requested())
+            .await
+            .is_ok(),
+        "the client did not ask to shut down when its owner left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_authentication() {
+    // "foo", hashed by stock tor 0.4.9.11.
+    let f = start(r#"hashed_control_password = ["16:FBFFEECCA4EDC15860ACEB0B713CD5928A19ED3073A89F39F9BE4A1746"]"#).await;
+    assert!(
+        !f.dir.path().join("control_auth_cookie").exists(),
+        "no cookie unless asked for"
+    );
+    let mut c = Ctl::connect(f.control).await;
+    assert!(
+        c.cmd("PROTOCOLINFO")
+            .await
+            .contains("250-AUTH METHODS=HASHEDPASSWORD\r\n")
+    );
+    assert_eq!(c.cmd("AUTHENTICATE \"foo\"").await, "250 OK\r\n");
+    assert_eq!(
+        c.cmd("GETINFO dormant").await,
+        "250-dormant=0\r\n250 OK\r\n"
+    );
+    let mut c = Ctl::connect(f.control).await;
+    assert_eq!(
+        c.cmd("AUTHENTICATE \"bar\"").await,
+        "515 Authentication failed: Password did not match HashedControlPassword value from configuration\r\n"
+    );
+    assert!(c.closed().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owning_controller_process_exit_ends_the_client() {
+    let f = start("").await;
+    let mut owner = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(
+        c.cmd(&format!("SETCONF __OwningControllerProcess={}", owner.id()))
+            .await,
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETCONF __OwningControllerProcess").await,
+        format!("250 __OwningControllerProcess={}\r\n", owner.id())
+    );
+    // Still there: no shutdown.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), f.client.shutdown_requested())
+            .await
+            .is_err()
+    );
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    assert!(
+        tokio::time::timeout(T, f.client.shutdown_requested())
+            .await
+            .is_ok(),
+        "the client did not notice its owning process exit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setconf_socksport_moves_the_listener() {
+    let f = start("").await;
+    let old = f.client.socks_addr;
+    let new: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1").unwrap())
+        .parse()
+        .unwrap();
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(
+        c.cmd(&format!("SETCONF SocksPort={new}")).await,
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        c.cmd("GETCONF SocksPort").await,
+        format!("250 SocksPort={new}\r\n")
+    );
+    assert_eq!(
+        c.cmd("GETINFO net/listeners/socks").await,
+        format!("250-net/listeners/socks=\"{new}\"\r\n250 OK\r\n")
+    );
+    assert!(socks_answers_at(new).await);
+    let mut gone = false;
+    for _ in 0..50 {
+        if TcpStream::connect(old).await.is_err() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the old SOCKS listener still accepts");
+    assert!(
+        c.cmd("SETCONF SocksPort=\"9050 IsolateDestAddr\"")
+            .await
+            .starts_with("513 ")
+    );
+    assert!(
+        c.cmd("SETCONF SocksPort=10.1.2.3:9050")
+            .await
+            .starts_with("553 ")
+    );
+    assert_eq!(c.cmd("RESETCONF SocksPort").await, "250 OK\r\n");
+    assert_eq!(
+        c.cmd("GETCONF SocksPort").await,
+        format!("250 SocksPort={old}\r\n")
+    );
+    assert!(socks_answers_at(old).await);
+}

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Drive a Tor control port with stem and report what happened as JSON.
+
+The same script runs against stock tor and the onionmix client; the Rust
+test (crates/cli/tests/control_stem.rs) compares the two reports.
+
+Checks: cookie (SAFECOOKIE and COOKIE) and password authentication,
+bootstrap status, circuit-status, CIRC and STREAM events during a verified
+download, new_circuit with a chosen path, ATTACHSTREAM with
+__LeaveStreamsUnattached, NEWNYM (new streams on new circuits, and a
+different exit when the network has two), CLOSECIRCUIT, BW events.
+"""
+
+import argparse
+import hashlib
+import json
+import queue
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+import stem
+import stem.connection
+from stem import CircStatus, Signal, StreamStatus
+from stem.control import Controller, EventType, Listener
+
+
+def socks_get(socks, host, port, path, timeout=60.0):
+    """HTTP GET through a SOCKS5 proxy; returns (headers dict, body)."""
+    s = socket.create_connection(socks, timeout=timeout)
+    try:
+        s.sendall(b"\x05\x01\x00")
+        if s.recv(2) != b"\x05\x00":
+            raise RuntimeError("SOCKS5 greeting refused")
+        s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(host) + struct.pack(">H", port))
+        rep = b""
+        while len(rep) < 10:
+            chunk = s.recv(10 - len(rep))
+            if not chunk:
+                raise RuntimeError("SOCKS5 reply cut short")
+            rep += chunk
+        if rep[1] != 0:
+            raise RuntimeError("SOCKS5 CONNECT failed with code %d" % rep[1])
+        s.sendall(("GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    headers = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return headers, body
+
+
+def verified_download(socks, sink, n):
+    headers, body = socks_get(socks, sink[0], sink[1], "/bytes/%d" % n)
+    want = headers.get("x-onionmix-sha256", "")
+    return len(body) == n and hashlib.sha256(body).hexdigest() == want.lower()
+
+
+class Events:
+    """Collects events of some types from a controller into a queue."""
+
+    def __init__(self, controller, *types):
+        self.q = queue.Queue()
+        self.seen = []
+        self.controller = controller
+        self.types = types
+        controller.add_event_listener(self.q.put, *types)
+
+    def drain(self):
+        while True:
+            try:
+                self.seen.append(self.q.get_nowait())
+            except queue.Empty:
+                return self.seen
+
+    def wait_for(self, pred, timeout):
+        deadline = time.time() + timeout
+        for ev in self.drain():
+            if pred(ev):
+                return ev
+        while time.time() < deadline:
+            try:
+                ev = self.q.get(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                break
+            self.seen.append(ev)
+            if pred(ev):
+                return ev
+        return None
+
+    def close(self):
+        self.controller.remove_event_listener(self.q.put)
+
+
+def pick_path(controller):
+    """A guard, a middle and an exit from the consensus (fingerprints)."""
+    relays = list(controller.get_network_statuses())
+    exits = [r for r in relays if "Exit" in r.flags and "BadExit" not in r.flags]
+    guards = [r for r in relays if "Guard" in r.flags and r not in exits]
+    exit_fp = exits[0].fingerprint
+    guard = (guards or [r for r in relays if r.fingerprint != exit_fp])[0].fingerprint
+    middle = [r.fingerprint for r in relays if r.fingerprint not in (guard, exit_fp)][0]
+    return [guard, middle, exit_fp], sorted(r.fingerprint for r in exits)
+
+
+def stream_circuit(events, target, timeout=90):
+    ev = events.wait_for(
+        lambda e: e.type == "STREAM" and e.status == StreamStatus.SUCCEEDED and e.target == target,
+        timeout,
+    )
+    return ev.circ_id if ev is not None else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--control", required=True, help="host:port")
+    ap.add_argument("--socks", required=True, help="host:port")
+    ap.add_argument("--sink", required=True, help="host:port of the sink's HTTP server")
+    ap.add_argument("--password", required=True)
+    ap.add_argument("--max-newnym", type=int, default=6)
+    a = ap.parse_args()
+    signal.alarm(900)
+    chost, cport = a.control.rsplit(":", 1)
+    shost, sport = a.socks.rsplit(":", 1)
+    socks = (shost, int(sport))
+    khost, kport = a.sink.rsplit(":", 1)
+    sink = (khost, int(kport))
+    target = "%s:%s" % sink
+    r = {}
+
+    # Authentication, each method on its own connection.
+    with Controller.from_port(address=chost, port=int(cport)) as c:
+        pi = stem.connection.get_protocolinfo(c)
+        methods = sorted(m for m in pi.auth_methods)
+        r["auth_methods"] = methods
+        stem.connection.authenticate_safecookie(c, pi.cookie_path)
+        r["auth_safecookie"] = c.get_info("status/circuit-established") in ("0", "1")
+    with Controller.from_port(address=chost, port=int(cport)) as c:
+        pi = stem.connection.get_protocolinfo(c)
+        stem.connection.authenticate_cookie(c, pi.cookie_path)
+        r["auth_cookie"] = c.get_info("version") != ""
+    with Controller.from_port(address=chost, port=int(cport)) as c:
+        stem.connection.authenticate_password(c, a.password)
+        r["auth_password"] = c.get_info("version") != ""
+    with Controller.from_port(address=chost, port=int(cport)) as c:
+        try:
+            stem.connection.authenticate_password(c, a.password + "x")
+            r["auth_bad_password_refused"] = False
+        except stem.connection.PasswordAuthFailed:
+            r["auth_bad_password_refused"] = True
+
+    with Controller.from_port(address=chost, port=int(cport)) as c:
+        c.authenticate(password=a.password)
+        r["version_parses"] = c.get_version() >= stem.version.Version("0.4.0.0")
+        phase = c.get_info("status/bootstrap-phase")
+        r["bootstrap_done"] = "PROGRESS=100" in phase and "TAG=done" in phase
+        r["circuit_established"] = c.get_info("status/circuit-established")
+        r["socks_listener"] = ("%s:%d" % socks) in ["%s:%d" % l for l in c.get_listeners(Listener.SOCKS)]
+        r["disable_network"] = c.get_conf("DisableNetwork")
+        r["pid_matches"] = int(c.get_info("process/pid")) > 0
+        try:
+            c.get_info("no-such-key")
+            r["unknown_key_refused"] = False
+        except stem.InvalidArguments:
+            r["unknown_key_refused"] = True
+        try:
+            c.get_conf("NoSuchOption")
+            r["unknown_option_refused"] = False
+        except stem.InvalidArguments:
+            r["unknown_option_refused"] = True
+        # CIRC and STREAM events during a verified download.
+        ev = Events(c, EventType.CIRC, EventType.STREAM, EventType.BW, EventType.SIGNAL)
+        r["download_ok"] = verified_download(socks, sink, 200000)
+        circ_a = stream_circuit(ev, target)
+        r["circuit_status_parses"] = all(circ.id for circ in c.get_circuits())
+        r["has_built_circuit"] = any(circ.status == CircStatus.BUILT for circ in c.get_circuits())
+        kinds = [e.status for e in ev.drain() if e.type == "STREAM" and e.target == target]
+        r["stream_events"] = [k for k in ("NEW", "SENTCONNECT", "SUCCEEDED", "CLOSED") if k in kinds]
+        r["bw_events"] = ev.wait_for(lambda e: e.type == "BW", 5) is not None
+        r["stream_status_parses"] = isinstance(c.get_streams(), list)
+
+        # A circuit along a chosen path.
+        path, exits = pick_path(c)
+        ev.drain()
+        ev.seen.clear()
+        cid = c.new_circuit(path, await_build=True, timeout=90)
+        circ = c.get_circuit(cid)
+        r["chosen_path_built"] = [fp for fp, _ in circ.path] == path and circ.status == CircStatus.BUILT
+        seen = [e.status for e in ev.drain() if e.type == "CIRC" and e.id == cid]
+        r["circ_events"] = [k for k in ("LAUNCHED", "EXTENDED", "BUILT") if k in seen]
+
+        # A stream attached to that circuit by the controller.
+        c.set_conf("__LeaveStreamsUnattached", "1")
+        attached = {}
+
+        def attach(e):
+            if e.type == "STREAM" and e.status == StreamStatus.NEW and e.target == target:
+                try:
+                    c.attach_stream(e.id, cid)
+                    attached["ok"] = True
+                except Exception as exc:  # noqa: BLE001 - reported in the result
+                    attached["err"] = str(exc)
+
+        c.add_event_listener(attach, EventType.STREAM)
+        ev.drain()
+        ev.seen.clear()
+        r["attached_download_ok"] = verified_download(socks, sink, 50000)
+        c.remove_event_listener(attach)
+        c.reset_conf("__LeaveStreamsUnattached")
+        r["attach_ok"] = attached.get("ok", False)
+        r["attached_to_chosen"] = stream_circuit(ev, target) == cid
+        r["leave_unattached_reset"] = c.get_conf("__LeaveStreamsUnattached") == "0"
+
+        # NEWNYM: the next stream gets a new circuit; with two exits, a
+        # different exit within a few NEWNYMs (ours: the first).
+        ev.drain()
+        ev.seen.clear()
+        c.close_circuit(cid)
+        r["close_circuit_event"] = ev.wait_for(
+            lambda e: e.type == "CIRC" and e.id == cid and e.status == CircStatus.CLOSED, 30
+        ) is not None
+        used = {circ_a}
+        last_exit = c.get_circuit(circ_a).path[-1][0] if circ_a and c.get_circuit(circ_a, None) else None
+        r["newnym_new_circuits"] = True
+        r["newnym_exit_changed"] = False
+        r["newnym_attempts"] = 0
+        for attempt in range(1, a.max_newnym + 1):
+            r["newnym_attempts"] = attempt
+            c.signal(Signal.NEWNYM)
+            got = ev.wait_for(lambda e: e.type == "SIGNAL" and e.signal == Signal.NEWNYM, 20)
+            if got is None:
+                r["newnym_signal_event"] = False
+                break
+            r["newnym_signal_event"] = True
+            ev.drain()
+            ev.seen.clear()
+            ok = verified_download(socks, sink, 20000)
+            cb = stream_circuit(ev, target)
+            if not ok or cb is None or cb in used:
+                r["newnym_new_circuits"] = False
+                break
+            used.add(cb)
+            ci = c.get_circuit(cb, None)
+            exit_b = ci.path[-1][0] if ci else None
+            if last_exit is not None and exit_b is not None and exit_b != last_exit:
+                r["newnym_exit_changed"] = True
+                break
+            last_exit = exit_b or last_exit
+        r["exit_flagged"] = len(exits)
+        ev.close()
+    print(json.dumps(r, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
