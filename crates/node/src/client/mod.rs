@@ -1,11 +1,14 @@
 //! The onion-routing client: directory bootstrap, guards, circuits, and a
 //! SOCKS5 front end.
 
+pub mod buildtimes;
 pub mod chanmgr;
 pub mod circmgr;
 pub mod circuit;
 pub mod config;
+pub mod connect;
 pub mod dir;
+pub mod preemptive;
 pub mod socks;
 pub mod stream;
 
@@ -64,8 +67,12 @@ impl Client {
         let (d1, d2, d3) = (dir.clone(), dir.clone(), dir.clone());
         let circmgr = CircMgr::new(
             CircMgrConfig {
+                learn_build_timeout: cfg.learn_circuit_build_timeout,
                 build_timeout: cfg.circuit_build_timeout(),
                 max_dirtiness: cfg.max_dirtiness(),
+                preemptive: cfg.preemptive_circuits,
+                prediction_base: Duration::from_secs(cfg.circuits_available_timeout_secs),
+                state_path: Some(cfg.data_dir.join("state")),
             },
             chanmgr,
             Arc::new(move |p, avoid| d1.pick_path(p, avoid)),
@@ -88,6 +95,8 @@ impl Client {
             stream_timeout: cfg.stream_timeout(),
             ready: ready_rx.clone(),
             extended_errors: cfg.socks_extended_errors,
+            optimistic_data: cfg.optimistic_data,
+            optimistic_reply: cfg.socks_optimistic_reply,
         };
         tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
         let client = Client {
@@ -127,10 +136,11 @@ impl Client {
         serde_json::json!({
             "bootstrapped": *self.ready.borrow(),
             "socks": self.socks_addr.to_string(),
-            "circuits_built": times.len(),
+            "circuits_built": self.circmgr.counters().built.load(std::sync::atomic::Ordering::Relaxed),
             "circuits_open": self.circmgr.open_circuits(),
             "open_circuit_paths": self.circmgr.open_circuit_paths(),
             "recent_build_times_ms": recent,
+            "circuits": self.circmgr.status(),
         })
     }
 
@@ -160,7 +170,10 @@ impl Client {
         let mut delay = Duration::from_secs(1);
         loop {
             match self.dir.refresh(None).await {
-                Ok(_) => break,
+                Ok(nd) => {
+                    self.circmgr.set_consensus_params(nd.params());
+                    break;
+                }
                 Err(e) => {
                     warn!("directory bootstrap: {e}; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
@@ -189,6 +202,7 @@ impl Client {
         }
         info!("Bootstrapped 100% (done): Done");
         let _ = ready.send(true);
+        self.circmgr.start_preemptive();
         loop {
             // Sleep towards the refresh time in slices, so a wall clock
             // that jumps forward (past the consensus's lifetime) is noticed.
@@ -197,9 +211,12 @@ impl Client {
                 tokio::time::sleep(crate::clock::sleep_towards(at)).await;
             }
             // Once circuits exist, fetch over BEGIN_DIR; fall back to DirPort.
-            if let Err(e) = self.dir.refresh(Some(&self.circmgr)).await {
-                warn!("directory refresh failed: {e}");
-                tokio::time::sleep(Duration::from_secs(10)).await;
+            match self.dir.refresh(Some(&self.circmgr)).await {
+                Ok(nd) => self.circmgr.set_consensus_params(nd.params()),
+                Err(e) => {
+                    warn!("directory refresh failed: {e}");
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                }
             }
         }
     }

@@ -10,14 +10,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use onionmix_cell::relay::{Begin, ResolvedAnswer, TargetHost, begin_flags};
+use onionmix_cell::relay::{ResolvedAnswer, TargetHost};
 use onionmix_frontend::addr::{self, HostKind};
 use onionmix_frontend::socks::{
     self, SocksCmd, SocksHandshake, SocksRequest, end_reason_to_reply, reply_code,
 };
 
 use super::circmgr::{CircMgr, IsolationKey};
-use super::stream::StreamError;
 use crate::reactor::{StreamEvent, StreamRequest};
 
 /// Time a SOCKS client has to finish its request.
@@ -57,6 +56,12 @@ pub struct SocksContext {
     /// Send tor's extended SOCKS5 errors (0xF0-0xF7, prop 304) where they
     /// apply, as tor's `SocksPort ... ExtendedErrors` does.
     pub extended_errors: bool,
+    /// Send application data before CONNECTED to exits that take it
+    /// (prop 181).
+    pub optimistic_data: bool,
+    /// Reply success to CONNECT at once (prop 309's `OptimisticData`
+    /// SocksPort flag); a stream that then fails is hung up on.
+    pub optimistic_reply: bool,
 }
 
 /// Accept SOCKS connections forever.
@@ -87,7 +92,10 @@ pub async fn serve(listener: TcpListener, ctx: SocksContext, max_conns: usize) {
     }
 }
 
-async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
+/// Read the SOCKS request. Also returns the bytes the client pipelined
+/// after it (an optimistic client sends its first data without waiting
+/// for our reply).
+async fn read_request(sock: &mut TcpStream) -> Result<(SocksRequest, Vec<u8>), String> {
     let mut hs = SocksHandshake::new();
     let mut buf = Vec::with_capacity(socks::MAX_MSG);
     let mut tmp = [0u8; 512];
@@ -97,9 +105,6 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
             return Err("client closed during SOCKS handshake".into());
         }
         buf.extend_from_slice(&tmp[..n]);
-        if buf.len() > 2 * socks::MAX_MSG {
-            return Err("SOCKS handshake too long".into());
-        }
         match hs.handle(&buf) {
             Ok(step) => {
                 buf.drain(..step.consumed);
@@ -109,11 +114,11 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
                         .map_err(|e| e.to_string())?;
                 }
                 if let Some(req) = step.request {
-                    if !buf.is_empty() {
-                        // Optimistic data before our reply: not supported.
-                        return Err("data sent before SOCKS reply".into());
-                    }
-                    return Ok(req);
+                    return Ok((req, buf));
+                }
+                // What is left is an incomplete message.
+                if buf.len() > socks::MAX_MSG {
+                    return Err("SOCKS handshake too long".into());
                 }
             }
             Err(e) => {
@@ -127,7 +132,7 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
 }
 
 async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
-    let req = tokio::time::timeout(SOCKS_HANDSHAKE_TIMEOUT, read_request(&mut sock))
+    let (req, early) = tokio::time::timeout(SOCKS_HANDSHAKE_TIMEOUT, read_request(&mut sock))
         .await
         .map_err(|_| "SOCKS handshake timed out".to_string())??;
     // Names that must never leave this process are answered here, before
@@ -157,7 +162,7 @@ async fn handle(mut sock: TcpStream, ctx: SocksContext) -> Result<(), String> {
         socks_auth: req.auth.clone(),
     };
     match req.cmd {
-        SocksCmd::Connect => connect(sock, ctx, key, req).await,
+        SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req).await,
     }
 }
@@ -183,73 +188,6 @@ fn refusal_reason(kind: &HostKind) -> &'static str {
         HostKind::Onion { .. } => "refused a .onion name: onion services are not supported yet",
         HostKind::Public => "refused",
     }
-}
-
-async fn connect(
-    mut sock: TcpStream,
-    ctx: SocksContext,
-    key: IsolationKey,
-    req: SocksRequest,
-) -> Result<(), String> {
-    let flags = match req.host {
-        TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
-        _ => begin_flags::IPV6_OK,
-    };
-    let begin = Begin {
-        host: req.host.clone(),
-        port: req.port,
-        flags,
-    };
-    // Like tor (connection_ap_process_end_not_open): a circuit-level failure
-    // or an END that blames the exit (MISC, TIMEOUT, NOROUTE, RESOLVEFAILED,
-    // EXITPOLICY, RESOURCELIMIT, HIBERNATING) retries on another circuit, up
-    // to MAX_STREAM_ATTEMPTS; the circuit takes no new streams afterwards.
-    let mut last_err = StreamError::Timeout;
-    for attempt in 0..MAX_STREAM_ATTEMPTS {
-        let circ = match ctx.circmgr.get_exit_circuit(&key, Some(req.port)).await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = sock
-                    .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
-                    .await;
-                return Err(format!("no circuit: {e}"));
-            }
-        };
-        match circ
-            .open_stream(StreamRequest::Begin(begin.clone()), ctx.stream_timeout)
-            .await
-        {
-            Ok((stream, StreamEvent::Connected(addr))) => {
-                let bound = addr.map(|a| (a, 0));
-                sock.write_all(&req.reply(reply_code::SUCCEEDED, bound))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (up, down) = stream.pump(sock, STREAM_IDLE_TIMEOUT).await;
-                debug!("stream closed: {up} bytes up, {down} bytes down");
-                return Ok(());
-            }
-            Ok(_) => {
-                last_err = StreamError::Unexpected;
-                break;
-            }
-            Err(e) => {
-                let retry = match &e {
-                    StreamError::End(r) => retriable_end(*r),
-                    StreamError::LocalOnly(_) => false,
-                    _ => true,
-                };
-                debug!("stream attempt {} failed: {e}", attempt + 1);
-                last_err = e;
-                if !retry {
-                    break;
-                }
-                ctx.circmgr.retire(&circ);
-            }
-        }
-    }
-    let code = end_reason_to_reply(last_err.end_reason());
-    let _ = sock.write_all(&req.reply(code, None)).await;
-    Err(format!("connect failed: {last_err}"))
 }
 
 async fn resolve(
