@@ -255,23 +255,33 @@ pub fn pipelined_request(target: &Target, auth: Auth<'_>) -> Result<Vec<u8>, Soc
 /// Parse the replies to a [`pipelined_request`]: `Ok(Some(n))` when the
 /// first `n` bytes of `buf` hold them all and the request succeeded,
 /// `Ok(None)` when more bytes are needed.
+///
+/// With username/password, stock tor 0.4.9 answers a greeting and a
+/// sub-negotiation that arrive together with the sub-negotiation's reply
+/// only (its parser keeps one pending reply, and the second overwrites
+/// the first), so the method reply `5 2` may be missing before `1 0`.
 pub fn parse_pipelined_replies(buf: &[u8], auth: bool) -> Result<Option<usize>, SocksError> {
-    let Some(head) = buf.get(..2) else {
+    let Some(&first) = buf.first() else {
         return Ok(None);
     };
-    if head[0] != 5 {
-        return Err(SocksError::Protocol("not a SOCKS5 proxy"));
+    let mut at = 0;
+    if !(auth && first == 1) {
+        let Some(head) = buf.get(..2) else {
+            return Ok(None);
+        };
+        if head[0] != 5 {
+            return Err(SocksError::Protocol("not a SOCKS5 proxy"));
+        }
+        if head[1] != if auth { 2 } else { 0 } {
+            return Err(SocksError::Protocol("no acceptable method"));
+        }
+        at = 2;
     }
-    let want = if auth { 2 } else { 0 };
-    if head[1] != want {
-        return Err(SocksError::Protocol("no acceptable method"));
-    }
-    let mut at = 2;
     if auth {
         let Some(r) = buf.get(at..at + 2) else {
             return Ok(None);
         };
-        if r[1] != 0 {
+        if r[0] != 1 || r[1] != 0 {
             return Err(SocksError::Protocol("authentication refused"));
         }
         at += 2;
@@ -446,6 +456,17 @@ mod tests {
         );
         let named = [5, 0, 5, 0, 0, 3, 2, b'a', b'b', 0, 1];
         assert_eq!(parse_pipelined_replies(&named, false).unwrap(), Some(11));
+        // Stock tor: the method reply overwritten by the auth reply.
+        let tor = [1, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for cut in 0..tor.len() {
+            assert_eq!(parse_pipelined_replies(&tor[..cut], true).unwrap(), None);
+        }
+        assert_eq!(
+            parse_pipelined_replies(&tor, true).unwrap(),
+            Some(tor.len())
+        );
+        // Without auth a leading 1 is not SOCKS5.
+        assert!(parse_pipelined_replies(&tor, false).is_err());
     }
 
     #[test]

@@ -435,7 +435,7 @@ impl CircMgr {
         let (p2, o2) = (progress.clone(), outcome.clone());
         let guard = path.first().map(|g| g.rsa_id);
         tokio::spawn(async move {
-            let res = me.build_now(path, limit, started, &p2).await;
+            let res = me.build_now(path, limit, &p2).await;
             let timed_out = {
                 let mut o = o2.lock().unwrap_or_else(|e| e.into_inner());
                 if *o == Outcome::Waiting {
@@ -445,8 +445,11 @@ impl CircMgr {
             };
             match &res {
                 Ok(c) => {
-                    me.inner.cbt.completed(hops, c.build_time, timed_out);
-                    me.record_built(c.build_time);
+                    // The timeout counts from launch (channel set-up
+                    // included, as tor's); `build_time`, reported in
+                    // status.json, from the first CREATE2.
+                    me.inner.cbt.completed(hops, started.elapsed(), timed_out);
+                    me.record_built(hops, c.build_time);
                     if let (true, Some(g)) = (counted, guard) {
                         (me.inner.guard_report)(&g, true);
                     }
@@ -490,12 +493,11 @@ impl CircMgr {
         }
     }
 
-    /// Connect to the first hop and build, within `limit` from `started`.
+    /// Connect to the first hop and build, within `limit`.
     async fn build_now(
         &self,
         path: Vec<HopTarget>,
         limit: Duration,
-        started: Instant,
         progress: &AtomicUsize,
     ) -> Result<Circuit, BuildError> {
         let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
@@ -510,7 +512,7 @@ impl CircMgr {
                     relay: first.nickname.clone(),
                     err: e.to_string(),
                 })?;
-            circuit::build_with_progress(chan, path, limit, started, |n| {
+            circuit::build_with_progress(chan, path, limit, Instant::now(), |n| {
                 progress.store(n, Ordering::Relaxed);
                 cbt.hop_done(Instant::now());
             })
@@ -521,8 +523,11 @@ impl CircMgr {
             .map_err(|_| BuildError::Timeout(limit))?
     }
 
-    fn record_built(&self, t: Duration) {
+    fn record_built(&self, hops: usize, t: Duration) {
         self.inner.counters.built.fetch_add(1, Ordering::Relaxed);
+        if hops < RECORDED_HOPS {
+            return;
+        }
         let mut r = self
             .inner
             .recent_times
@@ -580,7 +585,8 @@ impl CircMgr {
             .insert(rsa_id, Instant::now());
     }
 
-    /// Build times recorded (the most recent [`MAX_RECENT_BUILD_TIMES`]).
+    /// Build times of 3-hop circuits, from the first CREATE2 to the last
+    /// EXTENDED2 (the most recent [`MAX_RECENT_BUILD_TIMES`]).
     pub fn build_times(&self) -> Vec<Duration> {
         self.inner
             .recent_times
