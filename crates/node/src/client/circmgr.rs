@@ -624,16 +624,26 @@ impl CircMgr {
         self.lock_state().pending.len()
     }
 
-    /// The relay nicknames of every open circuit, pooled or clean (like
-    /// tor's `GETINFO circuit-status`; local state, never logged).
+    /// The relay nicknames of every open circuit given to streams (by
+    /// isolation key), like tor's `GETINFO circuit-status` without the
+    /// clean ones (local state, never logged).
     pub fn open_circuit_paths(&self) -> Vec<Vec<String>> {
         let st = self.lock_state();
         st.pools
             .values()
             .flat_map(|p| p.circs.iter())
-            .chain(st.clean.iter().map(|c| &c.circ))
             .filter(|c| !c.is_closed())
             .map(|c| c.path.iter().map(|h| h.nickname.clone()).collect())
+            .collect()
+    }
+
+    /// The relay nicknames of the clean pre-built circuits.
+    pub fn clean_circuit_paths(&self) -> Vec<Vec<String>> {
+        let st = self.lock_state();
+        st.clean
+            .iter()
+            .filter(|c| !c.circ.is_closed())
+            .map(|c| c.circ.path.iter().map(|h| h.nickname.clone()).collect())
             .collect()
     }
 

@@ -139,6 +139,7 @@ impl Client {
             "circuits_built": self.circmgr.counters().built.load(std::sync::atomic::Ordering::Relaxed),
             "circuits_open": self.circmgr.open_circuits(),
             "open_circuit_paths": self.circmgr.open_circuit_paths(),
+            "clean_circuit_paths": self.circmgr.clean_circuit_paths(),
             "recent_build_times_ms": recent,
             "circuits": self.circmgr.status(),
         })

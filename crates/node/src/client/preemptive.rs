@@ -111,6 +111,8 @@ impl CircMgr {
         };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         self.lock_state().pending.push(Pending { id, exit });
+        // Now, not when the task first runs: the next plan must see it.
+        self.inner.cbt.launched(Instant::now());
         let me = self.clone();
         tokio::spawn(async move {
             let res = me.build_path(path.clone()).await;
