@@ -8,7 +8,8 @@
 //! - optimistic data: the HTTP request reaches the exit before it answers
 //!   CONNECTED (the exit's counter of optimistic bytes), with a verified
 //!   download; a client that waits for the SOCKS reply sends none, unless
-//!   the SOCKS port replies optimistically (prop 309);
+//!   the SOCKS port replies optimistically (prop 309); when the first exit
+//!   refuses the stream, the same bytes are sent again on the retry;
 //! - a hung hop makes a build give up at the learned timeout (loaded from
 //!   the client's state file), not at 60 s, and the request succeeds on
 //!   another path.
@@ -269,6 +270,68 @@ async fn optimistic_data_reaches_the_exit_before_connected() {
     download_from(proxy309, sink(), "waits-309", 100 * 1024, false).await;
     assert_eq!(opt_streams(), 2);
     assert!(opt_bytes() > after_one);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimistic_data_is_resent_when_the_stream_is_retried() {
+    // The first path ends at an exit whose policy refuses the sink: it
+    // answers BEGIN with END EXITPOLICY (after a slow name lookup, so the
+    // request has already been sent to it). The stream is retried on
+    // another circuit and the same bytes go out again, after that BEGIN.
+    let dns = slow_dns(Duration::from_secs(1)).await;
+    let net = start_net_with(Some(dns)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = RelayConfig::parse(&format!(
+        "data_dir = {:?}\nnickname = \"refuser\"\nor_listen = \"127.0.0.1:0\"\nexit = true\n\
+         exit_policy = [\"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n\
+         nameserver = \"{dns}\"\n",
+        tmp.path().join("refuser").display().to_string()
+    ))
+    .unwrap();
+    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
+    let refuser = relay::make_ctx(cfg, keys, None).unwrap();
+    let addr = relay::start(refuser.clone()).await.unwrap();
+    let refuser_hop = HopTarget {
+        nickname: "refuser".into(),
+        rsa_id: refuser.rsa_id,
+        ed_id: Some(refuser.ed_id),
+        or_addr: addr,
+        ntor_key: refuser.ntor_keys()[0].public(),
+        ntor_v3: false,
+        optimistic_data: true,
+    };
+    let good = net.hops.clone();
+    let bad = vec![good[0].clone(), good[1].clone(), refuser_hop];
+    let first = Arc::new(AtomicBool::new(true));
+    let f2 = first.clone();
+    let mgr = circmgr(
+        CircMgrConfig {
+            preemptive: false,
+            ..CircMgrConfig::default()
+        },
+        move || {
+            if f2.swap(false, Ordering::Relaxed) {
+                bad.clone()
+            } else {
+                good.clone()
+            }
+        },
+    );
+    let proxy = socks_port(&mgr, false).await;
+    let target = Target::Host(
+        onionmix_testbed::sink::SINK_HOSTNAME.into(),
+        net.sink.port(),
+    );
+    download_from(proxy, target, "retried", 64 * 1024, true).await;
+    assert!(
+        !first.load(Ordering::Relaxed),
+        "the refusing exit was not tried"
+    );
+    // The refusing exit got the request early too, and dropped it.
+    assert_eq!(refuser.stats.optimistic_streams.load(Ordering::Relaxed), 0);
+    assert!(refuser.stats.streams.load(Ordering::Relaxed) >= 1);
+    assert_eq!(net.exit.stats.optimistic_streams.load(Ordering::Relaxed), 1);
+    assert!(net.exit.stats.optimistic_bytes.load(Ordering::Relaxed) >= 40);
 }
 
 /// A state file whose histogram gives a learned timeout of a few seconds
