@@ -5,6 +5,15 @@
 //! returns bytes to write back, and eventually a [`SocksRequest`]. The
 //! driver then opens the stream and writes [`SocksRequest::reply`] with the
 //! outcome (in the client's SOCKS version).
+//!
+//! A client may pipeline: a SOCKS5 client that offers a single method
+//! knows which one the server must pick, so it can send its greeting, its
+//! username/password (when that is the method offered), its request and
+//! the first application bytes without waiting for any reply (what tor's
+//! parser accepts, and what proposal 181 suggests for optimistic data).
+//! [`SocksHandshake::handle`] consumes every complete message in its input
+//! and stops at the end of the request; bytes past [`Step::consumed`] then
+//! belong to the application stream.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -533,6 +542,29 @@ mod tests {
         assert_eq!(req.host, TargetHost::Hostname("example.com".into()));
         assert_eq!(req.port, 443);
         assert_eq!(req.auth, Some((b"bob".to_vec(), b"pw".to_vec())));
+    }
+
+    #[test]
+    fn pipelined_request_leaves_application_bytes() {
+        // Greeting, username/password, CONNECT and an HTTP request in one
+        // write, as an optimistic SOCKS client sends them.
+        let mut msg = vec![5, 1, 2];
+        msg.extend_from_slice(&[1, 1, b'u', 1, b'p']);
+        msg.extend_from_slice(&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
+        let req_end = msg.len();
+        msg.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+        let mut h = SocksHandshake::new();
+        let step = h.handle(&msg).unwrap();
+        assert_eq!(step.reply, vec![5, 2, 1, 0]);
+        assert_eq!(step.consumed, req_end);
+        let req = step.request.unwrap();
+        assert_eq!(req.auth, Some((b"u".to_vec(), b"p".to_vec())));
+        assert_eq!(&msg[step.consumed..], b"GET / HTTP/1.1\r\n\r\n");
+        assert!(h.is_done());
+        // Nothing more is parsed once the request is complete.
+        let again = h.handle(&msg[step.consumed..]).unwrap();
+        assert_eq!(again.consumed, 0);
+        assert!(again.request.is_none());
     }
 
     #[test]

@@ -135,6 +135,7 @@ fn start_relay(bin: &str, dir: &std::path::Path, threads: usize) -> (Proc, HopTa
         or_addr: addr,
         ntor_key: keys.ntor_keys()[0].public(),
         ntor_v3: false,
+        optimistic_data: true,
     };
     (Proc(child), hop)
 }

@@ -37,6 +37,7 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
+        optimistic_data: true,
     };
     (ctx, target)
 }
@@ -223,6 +224,7 @@ fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         or_addr: format!("127.0.0.1:{or_port}").parse().ok()?,
         ntor_key: ntor.get(64..96)?.try_into().ok()?,
         ntor_v3: false,
+        optimistic_data: true,
     })
 }
 
@@ -342,6 +344,7 @@ async fn per_peer_circuit_limit_spares_other_clients() {
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
+        optimistic_data: true,
     };
     let target = start_target().await;
 

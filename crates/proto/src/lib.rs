@@ -4,11 +4,14 @@
 //! cells and a `now` value in, and get cells and events out. The async
 //! drivers in `onionmix-node` move bytes; this crate decides what they mean.
 
+pub mod cbt;
 pub mod channel;
 pub mod client_circ;
 pub mod exitpolicy;
 pub mod flow;
 pub mod layer;
+pub mod optimistic;
+pub mod preempt;
 pub mod relay_circ;
 
 pub use client_circ::{CircError, CircEvent, ClientCircuit};

@@ -205,3 +205,279 @@ pub async fn resolve_ptr(
         .await
         .map_err(|_| SocksError::Timeout)?
 }
+
+/// The bytes of a SOCKS5 CONNECT sent without waiting for any reply: the
+/// greeting offering exactly one method (username/password when `auth`
+/// is given, else none), the username/password sub-negotiation, and the
+/// request. With one method offered the client knows the server's
+/// choice, so all three can go in one write, and the application's first
+/// bytes may follow at once (tor's SOCKS parser and onionmix's take them;
+/// proposal 181 describes this for optimistic data).
+pub fn pipelined_request(target: &Target, auth: Auth<'_>) -> Result<Vec<u8>, SocksError> {
+    let mut m = Vec::new();
+    match auth {
+        Some((u, p)) => {
+            if u.len() > 255 || p.len() > 255 {
+                return Err(SocksError::Protocol("username or password too long"));
+            }
+            m.extend_from_slice(&[5, 1, 2, 1, u.len() as u8]);
+            m.extend_from_slice(u.as_bytes());
+            m.push(p.len() as u8);
+            m.extend_from_slice(p.as_bytes());
+        }
+        None => m.extend_from_slice(&[5, 1, 0]),
+    }
+    m.extend_from_slice(&[5, 1, 0]);
+    match target {
+        Target::Host(h, p) => {
+            if h.len() > 255 {
+                return Err(SocksError::Protocol("hostname too long"));
+            }
+            m.push(3);
+            m.push(h.len() as u8);
+            m.extend_from_slice(h.as_bytes());
+            m.extend_from_slice(&p.to_be_bytes());
+        }
+        Target::Addr(SocketAddr::V4(a)) => {
+            m.push(1);
+            m.extend_from_slice(&a.ip().octets());
+            m.extend_from_slice(&a.port().to_be_bytes());
+        }
+        Target::Addr(SocketAddr::V6(a)) => {
+            m.push(4);
+            m.extend_from_slice(&a.ip().octets());
+            m.extend_from_slice(&a.port().to_be_bytes());
+        }
+    }
+    Ok(m)
+}
+
+/// Parse the replies to a [`pipelined_request`]: `Ok(Some(n))` when the
+/// first `n` bytes of `buf` hold them all and the request succeeded,
+/// `Ok(None)` when more bytes are needed.
+///
+/// With username/password, stock tor 0.4.9 answers a greeting and a
+/// sub-negotiation that arrive together with the sub-negotiation's reply
+/// only (its parser keeps one pending reply, and the second overwrites
+/// the first), so the method reply `5 2` may be missing before `1 0`.
+pub fn parse_pipelined_replies(buf: &[u8], auth: bool) -> Result<Option<usize>, SocksError> {
+    let Some(&first) = buf.first() else {
+        return Ok(None);
+    };
+    let mut at = 0;
+    if !(auth && first == 1) {
+        let Some(head) = buf.get(..2) else {
+            return Ok(None);
+        };
+        if head[0] != 5 {
+            return Err(SocksError::Protocol("not a SOCKS5 proxy"));
+        }
+        if head[1] != if auth { 2 } else { 0 } {
+            return Err(SocksError::Protocol("no acceptable method"));
+        }
+        at = 2;
+    }
+    if auth {
+        let Some(r) = buf.get(at..at + 2) else {
+            return Ok(None);
+        };
+        if r[0] != 1 || r[1] != 0 {
+            return Err(SocksError::Protocol("authentication refused"));
+        }
+        at += 2;
+    }
+    let Some(h) = buf.get(at..at + 4) else {
+        return Ok(None);
+    };
+    if h[0] != 5 {
+        return Err(SocksError::Protocol("bad reply version"));
+    }
+    if h[1] != 0 {
+        return Err(SocksError::Reply { code: h[1] });
+    }
+    let addr_len = match h[3] {
+        1 => 4,
+        4 => 16,
+        3 => match buf.get(at + 4) {
+            Some(l) => 1 + *l as usize,
+            None => return Ok(None),
+        },
+        _ => return Err(SocksError::Protocol("bad address type in reply")),
+    };
+    let end = at + 4 + addr_len + 2;
+    Ok((buf.len() >= end).then_some(end))
+}
+
+/// A SOCKS5 CONNECT opened optimistically (see [`connect_pipelined`]):
+/// writes go straight to the proxy; the first reads consume and check
+/// the proxy's replies (a refusal is an I/O error carrying the
+/// [`SocksError`]).
+#[derive(Debug)]
+pub struct PipelinedStream {
+    inner: TcpStream,
+    auth: bool,
+    /// Reply bytes collected so far (until the replies are complete).
+    head: Vec<u8>,
+    /// Application bytes read past the replies, not yet returned.
+    extra: Vec<u8>,
+    done: bool,
+}
+
+/// CONNECT through the proxy without waiting for it: the request is
+/// written and the stream returned at once, so the caller's first bytes
+/// follow the SOCKS request in the same round trip.
+pub async fn connect_pipelined(
+    proxy: SocketAddr,
+    target: &Target,
+    auth: Auth<'_>,
+    timeout: Duration,
+) -> Result<PipelinedStream, SocksError> {
+    let msg = pipelined_request(target, auth)?;
+    let fut = async {
+        let mut s = TcpStream::connect(proxy).await?;
+        s.set_nodelay(true)?;
+        s.write_all(&msg).await?;
+        Ok::<_, SocksError>(s)
+    };
+    let inner = tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| SocksError::Timeout)??;
+    Ok(PipelinedStream {
+        inner,
+        auth: auth.is_some(),
+        head: Vec::new(),
+        extra: Vec::new(),
+        done: false,
+    })
+}
+
+impl tokio::io::AsyncRead for PipelinedStream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        out: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        let me = self.get_mut();
+        while !me.done {
+            let mut tmp = [0u8; 512];
+            let mut rb = tokio::io::ReadBuf::new(&mut tmp);
+            match std::pin::Pin::new(&mut me.inner).poll_read(cx, &mut rb) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            if rb.filled().is_empty() {
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "proxy closed before its SOCKS reply",
+                )));
+            }
+            me.head.extend_from_slice(rb.filled());
+            match parse_pipelined_replies(&me.head, me.auth) {
+                Ok(Some(n)) => {
+                    me.extra = me.head.split_off(n);
+                    me.done = true;
+                }
+                Ok(None) if me.head.len() > 1024 => {
+                    return Poll::Ready(Err(std::io::Error::other("SOCKS reply too long")));
+                }
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(std::io::Error::other(e))),
+            }
+        }
+        if !me.extra.is_empty() {
+            let n = me.extra.len().min(out.remaining());
+            out.put_slice(&me.extra[..n]);
+            me.extra.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut me.inner).poll_read(cx, out)
+    }
+}
+
+impl tokio::io::AsyncWrite for PipelinedStream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn pipelined_request_bytes() {
+        let t = Target::Addr("127.0.0.1:8080".parse().unwrap());
+        assert_eq!(
+            pipelined_request(&t, None).unwrap(),
+            vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, 0x1f, 0x90]
+        );
+        let m = pipelined_request(&Target::Host("a.b".into(), 80), Some(("u", "pw"))).unwrap();
+        assert_eq!(
+            m,
+            vec![
+                5, 1, 2, 1, 1, b'u', 2, b'p', b'w', 5, 1, 0, 3, 3, b'a', b'.', b'b', 0, 80
+            ]
+        );
+        let long = "x".repeat(256);
+        assert!(pipelined_request(&t, Some((&long, "p"))).is_err());
+    }
+
+    #[test]
+    fn replies_are_parsed_split_anywhere() {
+        let ok = [5, 2, 1, 0, 5, 0, 0, 1, 127, 0, 0, 1, 0, 80];
+        for cut in 0..ok.len() {
+            assert_eq!(parse_pipelined_replies(&ok[..cut], true).unwrap(), None);
+        }
+        assert_eq!(parse_pipelined_replies(&ok, true).unwrap(), Some(ok.len()));
+        let mut more = ok.to_vec();
+        more.extend_from_slice(b"HTTP/1.1 200");
+        assert_eq!(
+            parse_pipelined_replies(&more, true).unwrap(),
+            Some(ok.len())
+        );
+        let named = [5, 0, 5, 0, 0, 3, 2, b'a', b'b', 0, 1];
+        assert_eq!(parse_pipelined_replies(&named, false).unwrap(), Some(11));
+        // Stock tor: the method reply overwritten by the auth reply.
+        let tor = [1, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for cut in 0..tor.len() {
+            assert_eq!(parse_pipelined_replies(&tor[..cut], true).unwrap(), None);
+        }
+        assert_eq!(
+            parse_pipelined_replies(&tor, true).unwrap(),
+            Some(tor.len())
+        );
+        // Without auth a leading 1 is not SOCKS5.
+        assert!(parse_pipelined_replies(&tor, false).is_err());
+    }
+
+    #[test]
+    fn refusals_are_errors() {
+        assert!(matches!(
+            parse_pipelined_replies(&[5, 2, 1, 0, 5, 4, 0, 1, 0, 0, 0, 0, 0, 0], true),
+            Err(SocksError::Reply { code: 4 })
+        ));
+        assert!(parse_pipelined_replies(&[5, 0xFF], true).is_err());
+        assert!(parse_pipelined_replies(&[5, 2, 1, 1], true).is_err());
+        assert!(parse_pipelined_replies(&[4, 0], false).is_err());
+        assert!(parse_pipelined_replies(&[5, 0, 5, 0, 0, 9], false).is_err());
+    }
+}

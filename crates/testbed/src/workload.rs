@@ -211,6 +211,7 @@ async fn fresh_client_access(
             None,
             1000,
             0,
+            cfg.optimistic_socks,
             left.min(Duration::from_secs(20)),
             &mut attempt,
         )
@@ -319,6 +320,16 @@ pub struct WorkloadConfig {
     /// circuit (many users behind one client).
     #[serde(default = "d_parallel")]
     pub parallel: usize,
+    /// `bulk`, `session`, `reliability`, `access`: send the SOCKS request
+    /// and the first application bytes (the HTTP request, the TLS
+    /// ClientHello) in one go, without waiting for the SOCKS replies
+    /// (optimistic SOCKS, as proposal 181 suggests clients do). The
+    /// client's optimistic data then saves a round trip through the
+    /// network. `connect_ms` is not recorded then (the stream opens under
+    /// the first exchange). Off by default: like most applications, the
+    /// measuring client waits for the SOCKS reply.
+    #[serde(default)]
+    pub optimistic_socks: bool,
 }
 
 /// `streams = 3` or `streams = [1, 3]`.
@@ -503,6 +514,26 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 type Conn = Box<dyn Io>;
 
+/// Open a stream to `target` through the client's SOCKS port, either
+/// waiting for the SOCKS reply (as most applications do) or, with
+/// `optimistic`, returning as soon as the request is written.
+async fn connect_opt(
+    ep: &Endpoint,
+    target: SocketAddr,
+    user: Option<&str>,
+    optimistic: bool,
+    timeout: Duration,
+) -> Result<Conn, String> {
+    if optimistic && !ep.direct {
+        let auth = user.map(|u| (u, "x"));
+        let s = socks::connect_pipelined(ep.socks, &Target::Addr(target), auth, timeout)
+            .await
+            .map_err(|e| format!("socks: {e}"))?;
+        return Ok(Box::new(s));
+    }
+    Ok(Box::new(connect(ep, target, user, timeout).await?))
+}
+
 async fn connect(
     ep: &Endpoint,
     target: SocketAddr,
@@ -527,8 +558,9 @@ async fn connect(
 #[derive(Debug, Clone, Copy, Default)]
 struct Opened {
     /// SOCKS (or TCP) connect, i.e. until the stream through the network
-    /// is open.
-    connect: Duration,
+    /// is open (None with optimistic SOCKS: it opens under the first
+    /// exchange).
+    connect: Option<Duration>,
     /// TLS handshake on top, when HTTPS.
     tls: Option<Duration>,
 }
@@ -539,15 +571,17 @@ async fn open(
     ep: &Endpoint,
     user: Option<&str>,
     https: bool,
+    optimistic: bool,
     timeout: Duration,
 ) -> Result<(Conn, Opened), String> {
+    let opened = |t: Duration| (!optimistic || ep.direct).then_some(t);
     if !https {
         let t0 = Instant::now();
-        let s = connect(ep, ep.http, user, timeout).await?;
+        let s = connect_opt(ep, ep.http, user, optimistic, timeout).await?;
         return Ok((
-            Box::new(s),
+            s,
             Opened {
-                connect: t0.elapsed(),
+                connect: opened(t0.elapsed()),
                 tls: None,
             },
         ));
@@ -561,7 +595,7 @@ async fn open(
     let name = rustls::pki_types::ServerName::try_from(crate::sink::SINK_HOSTNAME)
         .map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    let s = connect(ep, addr, user, timeout).await?;
+    let s = connect_opt(ep, addr, user, optimistic, timeout).await?;
     let connected = t0.elapsed();
     let tls = tokio::time::timeout(
         timeout,
@@ -573,7 +607,7 @@ async fn open(
     Ok((
         Box::new(tls),
         Opened {
-            connect: connected,
+            connect: opened(connected),
             tls: Some(t0.elapsed() - connected),
         },
     ))
@@ -691,12 +725,13 @@ async fn fetch(
     user: Option<&str>,
     n: u64,
     pad: usize,
+    optimistic: bool,
     timeout: Duration,
     r: &mut Record,
 ) {
     let t0 = Instant::now();
     let work = async {
-        let (mut s, _) = open(ep, user, false, timeout).await?;
+        let (mut s, _) = open(ep, user, false, optimistic, timeout).await?;
         exchange(&mut s, n, pad, true, t0).await
     };
     match tokio::time::timeout(timeout, work).await {
@@ -738,7 +773,8 @@ async fn session(
             let work = async {
                 let mut opened = None;
                 if conn.is_none() || !cfg.keep_alive {
-                    let (c, o) = open(ep, Some(&user), cfg.https, timeout).await?;
+                    let (c, o) =
+                        open(ep, Some(&user), cfg.https, cfg.optimistic_socks, timeout).await?;
                     conn = Some(c);
                     opened = Some(o);
                 }
@@ -756,7 +792,9 @@ async fn session(
                     fill(&mut r, &x);
                     r.metrics.insert("latency_ms".into(), ms(t.elapsed()));
                     if let Some(o) = opened {
-                        r.metrics.insert("connect_ms".into(), ms(o.connect));
+                        if let Some(c) = o.connect {
+                            r.metrics.insert("connect_ms".into(), ms(c));
+                        }
                         if let Some(tls) = o.tls {
                             r.metrics.insert("tls_handshake_ms".into(), ms(tls));
                         }
@@ -803,7 +841,16 @@ pub async fn run_once(
             for &size in &cfg.sizes {
                 let user = cfg.fresh_circuit.then(|| isolation("bulk"));
                 let mut r = record(cfg, ep, run, "transfer", Some(size));
-                fetch(ep, user.as_deref(), size, 0, timeout, &mut r).await;
+                fetch(
+                    ep,
+                    user.as_deref(),
+                    size,
+                    0,
+                    cfg.optimistic_socks,
+                    timeout,
+                    &mut r,
+                )
+                .await;
                 out.push(r);
                 tick();
             }
@@ -829,7 +876,16 @@ pub async fn run_once(
                     let user = (cfg.parallel > 1).then(|| format!("om-reliability-{i}"));
                     let mut r = record(cfg, ep, run, "transfer", Some(cfg.page_bytes));
                     r.metrics.insert("fetcher".into(), i as f64);
-                    fetch(ep, user.as_deref(), cfg.page_bytes, 0, timeout, &mut r).await;
+                    fetch(
+                        ep,
+                        user.as_deref(),
+                        cfg.page_bytes,
+                        0,
+                        cfg.optimistic_socks,
+                        timeout,
+                        &mut r,
+                    )
+                    .await;
                     r
                 })
                 .collect();
@@ -845,11 +901,29 @@ pub async fn run_once(
             // Warm client, new circuit: a fresh isolation username.
             let user = isolation("access");
             let mut r = record(cfg, ep, run, "new-circuit", Some(1000));
-            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
+            fetch(
+                ep,
+                Some(&user),
+                1000,
+                0,
+                cfg.optimistic_socks,
+                timeout,
+                &mut r,
+            )
+            .await;
             out.push(r);
             // The same circuit again.
             let mut r = record(cfg, ep, run, "reused-circuit", Some(1000));
-            fetch(ep, Some(&user), 1000, 0, timeout, &mut r).await;
+            fetch(
+                ep,
+                Some(&user),
+                1000,
+                0,
+                cfg.optimistic_socks,
+                timeout,
+                &mut r,
+            )
+            .await;
             out.push(r);
             tick();
         }
@@ -1247,6 +1321,20 @@ mod tests {
             assert_eq!(tls, if https { opened } else { 0 }, "{r:?}");
             assert_eq!(r[4].metrics["https"], if https { 1.0 } else { 0.0 });
         }
+        // Optimistic SOCKS: the request (or the ClientHello) follows the
+        // SOCKS request without waiting for its reply; no connect_ms.
+        for https in [false, true] {
+            let mut c = quick("session");
+            c.https = https;
+            c.optimistic_socks = true;
+            let r = run_once(&c, &ep, 0, &|| {}).await;
+            assert!(r.iter().all(|x| x.ok()), "{r:?}");
+            assert!(r.iter().all(|x| !x.metrics.contains_key("connect_ms")));
+        }
+        let mut c = quick("bulk");
+        c.optimistic_socks = true;
+        let r = run_once(&c, &ep, 0, &|| {}).await;
+        assert!(r[0].ok() && r[0].metrics.contains_key("ttfb_ms"), "{r:?}");
         // HTTPS without the sink's CA (or with another): a clear error.
         let mut c = quick("session");
         c.https = true;

@@ -1,13 +1,28 @@
-//! Circuit manager: pools built circuits by isolation key, reuses them for
-//! new streams until they are too dirty, and builds new ones (with retries
-//! over different paths) when none fits.
+//! Circuit manager: hands out circuits by isolation key and exit port.
+//!
+//! A request first reuses a circuit its isolation key already owns (until
+//! it is `max_dirtiness` old), then takes a clean pre-built circuit
+//! (`preemptive`; a clean circuit has never carried a stream, so giving it
+//! to a key keeps the isolation rules: once given it is that key's
+//! alone), then waits for a pre-built one that is nearly ready, and only
+//! then builds one on the request's path. Every build is timed against
+//! the learned circuit build timeout (`buildtimes`): one that passes it is
+//! given up on (the caller tries another path at once) and keeps building
+//! as a measurement circuit until the close timeout.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::{Notify, oneshot};
 use tracing::{debug, warn};
 
+use onionmix_proto::cbt::RECORDED_HOPS;
+use onionmix_proto::preempt::PortPredictor;
+
+use super::buildtimes::BuildTimes;
 use super::chanmgr::ChanMgr;
 use super::circuit::{self, BuildError, Circuit, HopTarget};
 
@@ -44,32 +59,105 @@ pub const MAX_KEYS: usize = 1024;
 pub const BUILD_ATTEMPTS: usize = 4;
 /// How long a relay that failed a build is avoided.
 pub const FAILED_RELAY_PENALTY: Duration = Duration::from_secs(60);
+/// Build times kept for `status.json`.
+pub const MAX_RECENT_BUILD_TIMES: usize = 1000;
 
 /// Settings.
 #[derive(Debug, Clone)]
 pub struct CircMgrConfig {
-    /// Per-attempt build timeout.
+    /// Learn the build timeout (tor's `LearnCircuitBuildTimeout`).
+    pub learn_build_timeout: bool,
+    /// The build timeout when not learning (`CircuitBuildTimeout`).
     pub build_timeout: Duration,
     /// Stop attaching streams this long after first use.
     pub max_dirtiness: Duration,
+    /// Keep clean circuits built ahead of need.
+    pub preemptive: bool,
+    /// Base of the port-prediction lifetime (tor's
+    /// `CircuitsAvailableTimeout`; 30 min gives 30-60 min).
+    pub prediction_base: Duration,
+    /// Where the build-time histogram is kept (None: not persisted).
+    pub state_path: Option<PathBuf>,
 }
 
-struct Pool {
-    circs: Vec<Arc<Circuit>>,
-    build_lock: Arc<tokio::sync::Mutex<()>>,
+impl Default for CircMgrConfig {
+    fn default() -> Self {
+        CircMgrConfig {
+            learn_build_timeout: true,
+            build_timeout: Duration::from_secs(60),
+            max_dirtiness: Duration::from_secs(600),
+            preemptive: true,
+            prediction_base: onionmix_proto::preempt::DEFAULT_PREDICTION_BASE,
+            state_path: None,
+        }
+    }
+}
+
+pub(super) struct Pool {
+    pub(super) circs: Vec<Arc<Circuit>>,
+    pub(super) build_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A clean pre-built circuit.
+pub(super) struct CleanCirc {
+    pub(super) circ: Arc<Circuit>,
+    /// Closed if still unused then.
+    pub(super) idle_deadline: Instant,
+}
+
+/// A pre-built circuit on its way.
+pub(super) struct Pending {
+    pub(super) id: u64,
+    pub(super) exit: [u8; 20],
+}
+
+pub(super) struct State {
+    pub(super) pools: HashMap<IsolationKey, Pool>,
+    pub(super) clean: Vec<CleanCirc>,
+    pub(super) pending: Vec<Pending>,
+    pub(super) predictor: PortPredictor,
+}
+
+/// Counters (in `status.json`).
+#[derive(Debug, Default)]
+pub struct CircCounters {
+    /// Circuits built, every kind.
+    pub built: AtomicU64,
+    /// Built because a request found nothing to use.
+    pub on_demand: AtomicU64,
+    /// Built ahead of need.
+    pub preemptive: AtomicU64,
+    /// Requests served by a clean pre-built circuit.
+    pub clean_taken: AtomicU64,
+    /// Requests that waited for a pre-built circuit still building.
+    pub waited_for_pending: AtomicU64,
+    /// Clean circuits closed unused.
+    pub clean_expired: AtomicU64,
+}
+
+pub(super) struct Shared {
+    pub(super) cfg: CircMgrConfig,
+    chanmgr: ChanMgr,
+    pub(super) picker: PathPicker,
+    pub(super) exit_ok: ExitPolicyCheck,
+    pub(super) guard_report: GuardReport,
+    pub(super) state: Mutex<State>,
+    failed: Mutex<HashMap<[u8; 20], Instant>>,
+    recent_times: Mutex<VecDeque<Duration>>,
+    pub(super) cbt: BuildTimes,
+    pub(super) counters: CircCounters,
+    /// Wakes the pre-building task (a clean circuit was taken, a port
+    /// was used).
+    pub(super) wake: Arc<Notify>,
+    /// A pre-built circuit finished (or failed).
+    pub(super) clean_done: Notify,
+    pub(super) next_id: AtomicU64,
 }
 
 /// The circuit manager.
 #[derive(Clone)]
 pub struct CircMgr {
-    cfg: CircMgrConfig,
-    chanmgr: ChanMgr,
-    picker: PathPicker,
-    exit_ok: ExitPolicyCheck,
-    guard_report: GuardReport,
-    pools: Arc<Mutex<HashMap<IsolationKey, Pool>>>,
-    failed: Arc<Mutex<HashMap<[u8; 20], Instant>>>,
-    build_times: Arc<Mutex<Vec<Duration>>>,
+    pub(super) inner: Arc<Shared>,
 }
 
 impl std::fmt::Debug for CircMgr {
@@ -78,8 +166,15 @@ impl std::fmt::Debug for CircMgr {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Waiting,
+    TimedOut,
+    Done,
+}
+
 impl CircMgr {
-    /// A manager.
+    /// A manager. Pre-building starts with [`Self::start_preemptive`].
     pub fn new(
         cfg: CircMgrConfig,
         chanmgr: ChanMgr,
@@ -87,55 +182,152 @@ impl CircMgr {
         exit_ok: ExitPolicyCheck,
         guard_report: GuardReport,
     ) -> Self {
+        let cbt = BuildTimes::new(
+            cfg.learn_build_timeout,
+            cfg.build_timeout,
+            cfg.state_path.clone(),
+        );
+        let predictor =
+            PortPredictor::new(Instant::now(), cfg.prediction_base, &mut rand::thread_rng());
         CircMgr {
-            cfg,
-            chanmgr,
-            picker,
-            exit_ok,
-            guard_report,
-            pools: Arc::new(Mutex::new(HashMap::new())),
-            failed: Arc::new(Mutex::new(HashMap::new())),
-            build_times: Arc::new(Mutex::new(Vec::new())),
+            inner: Arc::new(Shared {
+                cfg,
+                chanmgr,
+                picker,
+                exit_ok,
+                guard_report,
+                state: Mutex::new(State {
+                    pools: HashMap::new(),
+                    clean: Vec::new(),
+                    pending: Vec::new(),
+                    predictor,
+                }),
+                failed: Mutex::new(HashMap::new()),
+                recent_times: Mutex::new(VecDeque::new()),
+                cbt,
+                counters: CircCounters::default(),
+                wake: Arc::new(Notify::new()),
+                clean_done: Notify::new(),
+                next_id: AtomicU64::new(1),
+            }),
         }
     }
 
-    fn lock_pools(&self) -> std::sync::MutexGuard<'_, HashMap<IsolationKey, Pool>> {
-        self.pools.lock().unwrap_or_else(|e| e.into_inner())
+    pub(super) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The learned build timeout.
+    pub fn build_times_estimator(&self) -> &BuildTimes {
+        &self.inner.cbt
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &CircCounters {
+        &self.inner.counters
+    }
+
+    /// Take the consensus parameters (`cbt*`).
+    pub fn set_consensus_params(&self, params: &std::collections::BTreeMap<String, i32>) {
+        self.inner
+            .cbt
+            .set_params(onionmix_proto::cbt::CbtParams::from_consensus(|k| {
+                params.get(k).copied()
+            }));
+    }
+
+    fn exit_allows(&self, c: &Circuit, port: Option<u16>) -> bool {
+        match (port, c.path.last()) {
+            (Some(p), Some(exit)) => (self.inner.exit_ok)(&exit.rsa_id, p),
+            (None, _) => true,
+            _ => false,
+        }
     }
 
     fn find(&self, key: &IsolationKey, port: Option<u16>) -> Option<Arc<Circuit>> {
-        let mut pools = self.lock_pools();
-        let pool = pools.get_mut(key)?;
+        let max_dirtiness = self.inner.cfg.max_dirtiness;
+        let mut st = self.lock_state();
+        let pool = st.pools.get_mut(key)?;
         pool.circs.retain(|c| !c.is_closed());
         pool.circs
             .iter()
-            .filter(|c| c.is_usable(self.cfg.max_dirtiness))
-            .find(|c| match (port, c.path.last()) {
-                (Some(p), Some(exit)) => (self.exit_ok)(&exit.rsa_id, p),
-                (None, _) => true,
-                _ => false,
-            })
+            .filter(|c| c.is_usable(max_dirtiness))
+            .find(|c| self.exit_allows(c, port))
             .cloned()
     }
 
-    /// A circuit for `key` whose exit accepts `port`, built if necessary.
+    /// Give a clean pre-built circuit that can carry `port` to `key`.
+    fn take_clean(&self, key: &IsolationKey, port: Option<u16>) -> Option<Arc<Circuit>> {
+        let mut st = self.lock_state();
+        st.clean.retain(|c| !c.circ.is_closed());
+        let i = st
+            .clean
+            .iter()
+            .position(|c| self.exit_allows(&c.circ, port))?;
+        let c = st.clean.swap_remove(i).circ;
+        if let Some(pool) = st.pools.get_mut(key) {
+            pool.circs.retain(|c| !c.is_closed());
+            if pool.circs.len() >= MAX_CIRCUITS_PER_KEY {
+                pool.circs.remove(0);
+            }
+            pool.circs.push(c.clone());
+        }
+        drop(st);
+        self.inner
+            .counters
+            .clean_taken
+            .fetch_add(1, Ordering::Relaxed);
+        // Build its replacement.
+        self.inner.wake.notify_one();
+        Some(c)
+    }
+
+    /// Whether a pre-built circuit that could carry `port` is building.
+    fn pending_could_serve(&self, port: Option<u16>) -> bool {
+        let st = self.lock_state();
+        st.pending.iter().any(|p| match port {
+            Some(port) => (self.inner.exit_ok)(&p.exit, port),
+            None => true,
+        })
+    }
+
+    fn note_port(&self, port: Option<u16>) {
+        if let Some(p) = port {
+            let now = Instant::now();
+            self.lock_state()
+                .predictor
+                .note_used_port(now, p, &mut rand::thread_rng());
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// A circuit for `key` whose exit accepts `port`: one the key already
+    /// uses, a clean pre-built one, or one built now.
     pub async fn get_exit_circuit(
         &self,
         key: &IsolationKey,
         port: Option<u16>,
     ) -> Result<Arc<Circuit>, BuildError> {
+        self.note_port(port);
         if let Some(c) = self.find(key, port) {
             return Ok(c);
         }
         let lock = {
-            let mut pools = self.lock_pools();
-            if !pools.contains_key(key) && pools.len() >= MAX_KEYS {
-                pools.retain(|_, p| {
+            let mut st = self.lock_state();
+            if !st.pools.contains_key(key) && st.pools.len() >= MAX_KEYS {
+                st.pools.retain(|_, p| {
                     p.circs.retain(|c| !c.is_closed());
                     !p.circs.is_empty()
                 });
             }
-            pools
+            if !st.pools.contains_key(key) && st.pools.len() >= MAX_KEYS {
+                return Err(BuildError::Hop {
+                    hop: 0,
+                    relay: "-".into(),
+                    err: format!("more than {MAX_KEYS} isolation keys in use"),
+                });
+            }
+            st.pools
                 .entry(key.clone())
                 .or_insert_with(|| Pool {
                     circs: Vec::new(),
@@ -148,9 +340,16 @@ impl CircMgr {
         if let Some(c) = self.find(key, port) {
             return Ok(c);
         }
+        if let Some(c) = self.wait_for_clean(key, port).await {
+            return Ok(c);
+        }
         let c = Arc::new(self.build_with_retries(Purpose::Exit(port)).await?);
-        let mut pools = self.lock_pools();
-        if let Some(pool) = pools.get_mut(key) {
+        self.inner
+            .counters
+            .on_demand
+            .fetch_add(1, Ordering::Relaxed);
+        let mut st = self.lock_state();
+        if let Some(pool) = st.pools.get_mut(key) {
             pool.circs.retain(|c| !c.is_closed());
             if pool.circs.len() >= MAX_CIRCUITS_PER_KEY {
                 pool.circs.remove(0);
@@ -160,12 +359,42 @@ impl CircMgr {
         Ok(c)
     }
 
-    /// Build a fresh circuit for `purpose`, not pooled.
+    /// A clean circuit now, or after waiting (at most one build timeout)
+    /// for a pre-built one still on its way, as tor attaches a stream to
+    /// a pending circuit that can carry it.
+    async fn wait_for_clean(&self, key: &IsolationKey, port: Option<u16>) -> Option<Arc<Circuit>> {
+        let deadline = tokio::time::Instant::now() + self.inner.cbt.timeouts(RECORDED_HOPS).0;
+        let mut waited = false;
+        loop {
+            let notified = self.inner.clean_done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(c) = self.take_clean(key, port) {
+                if waited {
+                    self.inner
+                        .counters
+                        .waited_for_pending
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(c);
+            }
+            if !self.pending_could_serve(port) {
+                return None;
+            }
+            waited = true;
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Build a fresh circuit for `purpose`, not pooled, trying up to
+    /// [`BUILD_ATTEMPTS`] paths.
     pub async fn build_with_retries(&self, purpose: Purpose) -> Result<Circuit, BuildError> {
         let mut last = None;
         for attempt in 0..BUILD_ATTEMPTS {
             let avoid = self.avoid_set();
-            let path = match (self.picker)(purpose, &avoid) {
+            let path = match (self.inner.picker)(purpose, &avoid) {
                 Ok(p) => p,
                 Err(e) => {
                     last = Some(BuildError::Hop {
@@ -177,12 +406,7 @@ impl CircMgr {
                 }
             };
             match self.build_path(path.clone()).await {
-                Ok(c) => {
-                    if let Some(g) = path.first() {
-                        (self.guard_report)(&g.rsa_id, true);
-                    }
-                    return Ok(c);
-                }
+                Ok(c) => return Ok(c),
                 Err(e) => {
                     debug!("circuit build attempt {} failed: {e}", attempt + 1);
                     self.note_failure(&path, &e);
@@ -195,90 +419,219 @@ impl CircMgr {
         Err(e)
     }
 
-    /// Build along an explicit path.
+    /// Build along an explicit path, waiting at most the learned timeout
+    /// for it. A 3-hop build that passes the timeout keeps going in the
+    /// background as a measurement circuit (its time is recorded, then it
+    /// is closed) and the caller gets [`BuildError::Slow`] at once.
     pub async fn build_path(&self, path: Vec<HopTarget>) -> Result<Circuit, BuildError> {
-        let first = path.first().ok_or(BuildError::EmptyPath)?;
-        let chan = tokio::time::timeout(self.cfg.build_timeout, self.chanmgr.get(first))
-            .await
-            .map_err(|_| BuildError::Timeout(self.cfg.build_timeout))?
-            .map_err(|e| BuildError::Channel {
-                relay: first.nickname.clone(),
-                err: e.to_string(),
-            })?;
-        let c = circuit::build(chan, path, self.cfg.build_timeout).await?;
-        self.build_times
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(c.build_time);
-        Ok(c)
+        let hops = path.len();
+        let counted = hops >= RECORDED_HOPS;
+        let (timeout, close) = self.inner.cbt.timeouts(hops);
+        let limit = if counted { close } else { timeout };
+        let started = Instant::now();
+        self.inner.cbt.launched(started);
+        let progress = Arc::new(AtomicUsize::new(0));
+        let outcome = Arc::new(Mutex::new(Outcome::Waiting));
+        let (tx, mut rx) = oneshot::channel();
+        let me = self.clone();
+        let (p2, o2) = (progress.clone(), outcome.clone());
+        let guard = path.first().map(|g| g.rsa_id);
+        tokio::spawn(async move {
+            let res = me.build_now(path, limit, &p2).await;
+            let timed_out = {
+                let mut o = o2.lock().unwrap_or_else(|e| e.into_inner());
+                if *o == Outcome::Waiting {
+                    *o = Outcome::Done;
+                }
+                *o == Outcome::TimedOut
+            };
+            match &res {
+                Ok(c) => {
+                    // The timeout counts from launch (channel set-up
+                    // included, as tor's); `build_time`, reported in
+                    // status.json, from the first CREATE2.
+                    me.inner.cbt.completed(hops, started.elapsed(), timed_out);
+                    me.record_built(hops, c.build_time);
+                    if let (true, Some(g)) = (counted, guard) {
+                        (me.inner.guard_report)(&g, true);
+                    }
+                }
+                Err(BuildError::Timeout(_)) if timed_out => me.inner.cbt.abandoned(started),
+                Err(_) => {}
+            }
+            if timed_out {
+                // A measurement circuit: done, closed (dropped) here.
+                debug!(
+                    "measurement circuit finished after its timeout: {:?}",
+                    res.as_ref().map(|c| c.build_time)
+                );
+            } else {
+                let _ = tx.send(res);
+            }
+        });
+        match tokio::time::timeout(timeout, &mut rx).await {
+            Ok(Ok(res)) => res,
+            Ok(Err(_)) => Err(BuildError::Timeout(limit)),
+            Err(_) => {
+                let done = {
+                    let mut o = outcome.lock().unwrap_or_else(|e| e.into_inner());
+                    if *o == Outcome::Waiting {
+                        *o = Outcome::TimedOut;
+                        false
+                    } else {
+                        true
+                    }
+                };
+                if done {
+                    return rx.await.unwrap_or(Err(BuildError::Timeout(limit)));
+                }
+                let hop = progress.load(Ordering::Relaxed);
+                if counted {
+                    self.inner.cbt.timed_out(hop >= 1);
+                }
+                debug!("circuit build passed its {timeout:?} timeout at hop {hop}");
+                Err(BuildError::Slow { hop, timeout })
+            }
+        }
     }
 
-    fn note_failure(&self, path: &[HopTarget], e: &BuildError) {
+    /// Connect to the first hop and build, within `limit`.
+    async fn build_now(
+        &self,
+        path: Vec<HopTarget>,
+        limit: Duration,
+        progress: &AtomicUsize,
+    ) -> Result<Circuit, BuildError> {
+        let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
+        let cbt = &self.inner.cbt;
+        let fut = async {
+            let chan = self
+                .inner
+                .chanmgr
+                .get(&first)
+                .await
+                .map_err(|e| BuildError::Channel {
+                    relay: first.nickname.clone(),
+                    err: e.to_string(),
+                })?;
+            circuit::build_with_progress(chan, path, limit, Instant::now(), |n| {
+                progress.store(n, Ordering::Relaxed);
+                cbt.hop_done(Instant::now());
+            })
+            .await
+        };
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| BuildError::Timeout(limit))?
+    }
+
+    fn record_built(&self, hops: usize, t: Duration) {
+        self.inner.counters.built.fetch_add(1, Ordering::Relaxed);
+        if hops < RECORDED_HOPS {
+            return;
+        }
+        let mut r = self
+            .inner
+            .recent_times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if r.len() >= MAX_RECENT_BUILD_TIMES {
+            r.pop_front();
+        }
+        r.push_back(t);
+    }
+
+    pub(super) fn note_failure(&self, path: &[HopTarget], e: &BuildError) {
         let culprit = match e {
             BuildError::Channel { .. } => path.first(),
             BuildError::Hop { hop, .. } => path.get(*hop),
+            // The hop being extended to when the timeout passed.
+            BuildError::Slow { hop, .. } => path.get(*hop).or(path.last()),
             // A timeout cannot be pinned on a hop; blame the last one.
             BuildError::Timeout(_) => path.last(),
             BuildError::EmptyPath => None,
         };
         if let Some(r) = culprit {
             if matches!(e, BuildError::Channel { .. }) {
-                (self.guard_report)(&r.rsa_id, false);
+                (self.inner.guard_report)(&r.rsa_id, false);
             }
-            self.failed
+            self.inner
+                .failed
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(r.rsa_id, Instant::now());
         }
     }
 
-    fn avoid_set(&self) -> HashSet<[u8; 20]> {
-        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+    pub(super) fn avoid_set(&self) -> HashSet<[u8; 20]> {
+        let mut f = self.inner.failed.lock().unwrap_or_else(|e| e.into_inner());
         f.retain(|_, t| t.elapsed() < FAILED_RELAY_PENALTY);
         f.keys().copied().collect()
     }
 
     /// Forget a circuit (e.g. its stream failed at the circuit level).
     pub fn retire(&self, c: &Arc<Circuit>) {
-        let mut pools = self.lock_pools();
-        for p in pools.values_mut() {
+        let mut st = self.lock_state();
+        for p in st.pools.values_mut() {
             p.circs.retain(|x| !Arc::ptr_eq(x, c));
         }
+        st.clean.retain(|x| !Arc::ptr_eq(&x.circ, c));
     }
 
     /// Mark a relay as failing (e.g. its channel died under a stream).
     pub fn note_relay_failed(&self, rsa_id: [u8; 20]) {
-        self.failed
+        self.inner
+            .failed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(rsa_id, Instant::now());
     }
 
-    /// Build times recorded so far.
+    /// Build times of 3-hop circuits, from the first CREATE2 to the last
+    /// EXTENDED2 (the most recent [`MAX_RECENT_BUILD_TIMES`]).
     pub fn build_times(&self) -> Vec<Duration> {
-        self.build_times
+        self.inner
+            .recent_times
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .iter()
+            .copied()
+            .collect()
     }
 
-    /// Circuits currently pooled and open.
+    /// Circuits open: pooled by isolation key, and clean.
     pub fn open_circuits(&self) -> usize {
-        let mut pools = self.lock_pools();
-        pools
-            .values_mut()
-            .map(|p| {
-                p.circs.retain(|c| !c.is_closed());
-                p.circs.len()
-            })
-            .sum()
+        let mut st = self.lock_state();
+        st.clean.retain(|c| !c.circ.is_closed());
+        let clean = st.clean.len();
+        clean
+            + st.pools
+                .values_mut()
+                .map(|p| {
+                    p.circs.retain(|c| !c.is_closed());
+                    p.circs.len()
+                })
+                .sum::<usize>()
     }
 
-    /// The relay nicknames of every pooled open circuit (like tor's
-    /// `GETINFO circuit-status`; local state, never logged).
+    /// Clean pre-built circuits open now.
+    pub fn clean_circuits(&self) -> usize {
+        let mut st = self.lock_state();
+        st.clean.retain(|c| !c.circ.is_closed());
+        st.clean.len()
+    }
+
+    /// Pre-built circuits being built now.
+    pub fn pending_preemptive(&self) -> usize {
+        self.lock_state().pending.len()
+    }
+
+    /// The relay nicknames of every open circuit given to streams (by
+    /// isolation key), like tor's `GETINFO circuit-status` without the
+    /// clean ones (local state, never logged).
     pub fn open_circuit_paths(&self) -> Vec<Vec<String>> {
-        let pools = self.lock_pools();
-        pools
+        let st = self.lock_state();
+        st.pools
             .values()
             .flat_map(|p| p.circs.iter())
             .filter(|c| !c.is_closed())
@@ -286,8 +639,39 @@ impl CircMgr {
             .collect()
     }
 
-    /// Drop every pooled circuit (new identity / directory change).
+    /// The relay nicknames of the clean pre-built circuits.
+    pub fn clean_circuit_paths(&self) -> Vec<Vec<String>> {
+        let st = self.lock_state();
+        st.clean
+            .iter()
+            .filter(|c| !c.circ.is_closed())
+            .map(|c| c.circ.path.iter().map(|h| h.nickname.clone()).collect())
+            .collect()
+    }
+
+    /// Drop every pooled and clean circuit (new identity / directory
+    /// change).
     pub fn clear(&self) {
-        self.lock_pools().clear();
+        let mut st = self.lock_state();
+        st.pools.clear();
+        st.clean.clear();
+    }
+
+    /// A snapshot for `status.json`.
+    pub fn status(&self) -> serde_json::Value {
+        let c = &self.inner.counters;
+        let predicted = self.lock_state().predictor.predicted_ports(Instant::now());
+        serde_json::json!({
+            "built": c.built.load(Ordering::Relaxed),
+            "on_demand": c.on_demand.load(Ordering::Relaxed),
+            "preemptive": c.preemptive.load(Ordering::Relaxed),
+            "clean_taken": c.clean_taken.load(Ordering::Relaxed),
+            "waited_for_pending": c.waited_for_pending.load(Ordering::Relaxed),
+            "clean_expired": c.clean_expired.load(Ordering::Relaxed),
+            "clean_open": self.clean_circuits(),
+            "preemptive_pending": self.pending_preemptive(),
+            "predicted_ports": predicted,
+            "build_timeout": self.inner.cbt.status(),
+        })
     }
 }

@@ -31,6 +31,11 @@ pub struct HopTarget {
     pub ntor_key: [u8; 32],
     /// Use ntor-v3 (the relay advertises Relay=4).
     pub ntor_v3: bool,
+    /// As an exit, it accepts DATA cells before it answers BEGIN with
+    /// CONNECTED (optimistic data, prop 174: every tor since 0.2.3.1;
+    /// the directory sets it for relays that advertise Relay=2, i.e. any
+    /// tor since 0.2.4.19, and for ours).
+    pub optimistic_data: bool,
 }
 
 impl HopTarget {
@@ -74,6 +79,15 @@ pub enum BuildError {
     /// Took too long.
     #[error("circuit build timed out after {0:?}")]
     Timeout(Duration),
+    /// Passed the learned build timeout while extending to hop `hop`
+    /// (0-based); it may still complete, as a measurement circuit.
+    #[error("circuit build passed the {timeout:?} build timeout at hop {hop}")]
+    Slow {
+        /// The hop being built.
+        hop: usize,
+        /// The timeout passed.
+        timeout: Duration,
+    },
     /// Empty path.
     #[error("empty path")]
     EmptyPath,
@@ -128,12 +142,26 @@ impl Circuit {
         self.chan.is_closed() || self.credits.is_closed()
     }
 
+    /// Whether the exit takes stream data before CONNECTED.
+    pub fn exit_supports_optimistic_data(&self) -> bool {
+        self.path.last().is_some_and(|h| h.optimistic_data)
+    }
+
     /// Open a stream at the last hop and wait for CONNECTED / RESOLVED.
     pub async fn open_stream(
         &self,
         req: StreamRequest,
         timeout: Duration,
     ) -> Result<(Stream, StreamEvent), StreamError> {
+        let mut s = self.begin_stream(req).await?;
+        let first = s.first_event(timeout).await?;
+        Ok((s, first))
+    }
+
+    /// Send BEGIN / BEGIN_DIR / RESOLVE at the last hop without waiting
+    /// for the answer (read it with [`Stream::first_event`]); data written
+    /// meanwhile is optimistic data.
+    pub async fn begin_stream(&self, req: StreamRequest) -> Result<Stream, StreamError> {
         // The last line of defence: whatever front end asked, a `.onion` or
         // `.exit` name is never put in a BEGIN or RESOLVE cell.
         let name = match &req {
@@ -150,7 +178,7 @@ impl Circuit {
             return Err(StreamError::LocalOnly(h.to_string()));
         }
         self.mark_used();
-        stream::open(&self.chan, self.circ_id, self.credits.clone(), req, timeout).await
+        stream::begin(&self.chan, self.circ_id, self.credits.clone(), req).await
     }
 }
 
@@ -171,8 +199,20 @@ pub async fn build(
     path: Vec<HopTarget>,
     timeout: Duration,
 ) -> Result<Circuit, BuildError> {
+    build_with_progress(chan, path, timeout, Instant::now(), |_| {}).await
+}
+
+/// [`build`], calling `on_hop(n)` each time the `n`th hop (1-based)
+/// completes its handshake; the build time counts from `start`.
+pub async fn build_with_progress(
+    chan: ChannelHandle,
+    path: Vec<HopTarget>,
+    timeout: Duration,
+    start: Instant,
+    on_hop: impl Fn(usize) + Send + Sync,
+) -> Result<Circuit, BuildError> {
     let id = chan.hub.as_ref().map(|h| h.circ_launched(&path, false));
-    build_launched(chan, path, timeout, id.unwrap_or(0)).await
+    build_launched_with_progress(chan, path, timeout, id.unwrap_or(0), start, on_hop).await
 }
 
 /// [`build`] for a circuit the control port already announced as `ctl_id`.
@@ -182,8 +222,19 @@ pub async fn build_launched(
     timeout: Duration,
     ctl_id: u64,
 ) -> Result<Circuit, BuildError> {
+    build_launched_with_progress(chan, path, timeout, ctl_id, Instant::now(), |_| {}).await
+}
+
+async fn build_launched_with_progress(
+    chan: ChannelHandle,
+    path: Vec<HopTarget>,
+    timeout: Duration,
+    ctl_id: u64,
+    start: Instant,
+    on_hop: impl Fn(usize) + Send + Sync,
+) -> Result<Circuit, BuildError> {
     let hub = chan.hub.clone();
-    let res = build_inner(chan, path, timeout, ctl_id).await;
+    let res = build_inner(chan, path, timeout, ctl_id, start, on_hop).await;
     if let Some(h) = &hub {
         match &res {
             Ok(c) => h.circ_built(
@@ -196,7 +247,7 @@ pub async fn build_launched(
             Err(e) => h.circ_failed(
                 ctl_id,
                 match e {
-                    BuildError::Timeout(_) => "TIMEOUT",
+                    BuildError::Timeout(_) | BuildError::Slow { .. } => "TIMEOUT",
                     BuildError::Channel { .. } => "CONNECTFAILED",
                     BuildError::Hop { .. } => "DESTROYED",
                     BuildError::EmptyPath => "NOPATH",
@@ -212,13 +263,15 @@ async fn build_inner(
     path: Vec<HopTarget>,
     timeout: Duration,
     ctl_id: u64,
+    start: Instant,
+    on_hop: impl Fn(usize) + Send + Sync,
 ) -> Result<Circuit, BuildError> {
-    let start = Instant::now();
     let hub = chan.hub.clone();
     let report = |done: usize| {
         if let Some(h) = &hub {
             h.circ_extended(ctl_id, &path, done, done == path.len());
         }
+        on_hop(done);
     };
     let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
     let fut = async {

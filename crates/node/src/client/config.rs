@@ -43,9 +43,33 @@ pub struct ClientConfig {
     /// Trusted directory authorities.
     #[serde(rename = "authority", default)]
     pub authorities: Vec<AuthorityEntry>,
-    /// Give up building a circuit after this many seconds.
+    /// Give up building a circuit after this many seconds when the
+    /// timeout is not learned (tor's `CircuitBuildTimeout`).
     #[serde(default = "default_cbt")]
     pub circuit_build_timeout_secs: u64,
+    /// Learn the build timeout from observed build times (path-spec §2.4,
+    /// tor's `LearnCircuitBuildTimeout`, on by default). The histogram is
+    /// kept in `<data_dir>/state`.
+    #[serde(default = "default_true")]
+    pub learn_circuit_build_timeout: bool,
+    /// Keep clean exit circuits built ahead of need for recently used ports
+    /// (path-spec §2.1.1; tor's `DisablePredictedCircuits 0`).
+    #[serde(default = "default_true")]
+    pub preemptive_circuits: bool,
+    /// How long ports stay predicted without use: a random time between
+    /// this and twice this (tor's `CircuitsAvailableTimeout`).
+    #[serde(default = "default_available")]
+    pub circuits_available_timeout_secs: u64,
+    /// Send the application's first bytes right after BEGIN, before
+    /// CONNECTED, to exits that support it (proposal 181).
+    #[serde(default = "default_true")]
+    pub optimistic_data: bool,
+    /// Answer SOCKS CONNECT with success at once, before the exit
+    /// connects, so that applications that wait for the reply send data
+    /// early too (proposal 309's `OptimisticData` SocksPort flag). A
+    /// stream that then fails is hung up on. Off by default.
+    #[serde(default)]
+    pub socks_optimistic_reply: bool,
     /// Stop attaching new streams to a circuit this long after first use.
     #[serde(default = "default_dirtiness")]
     pub max_circuit_dirtiness_secs: u64,
@@ -135,6 +159,12 @@ fn default_paths_needed() -> f64 {
 }
 fn default_cbt() -> u64 {
     60
+}
+fn default_true() -> bool {
+    true
+}
+fn default_available() -> u64 {
+    30 * 60
 }
 fn default_dirtiness() -> u64 {
     600
@@ -260,7 +290,10 @@ impl ClientConfig {
                 "max_control_connections must be positive".into(),
             ));
         }
-        if self.circuit_build_timeout_secs == 0 || self.stream_timeout_secs == 0 {
+        if self.circuit_build_timeout_secs == 0
+            || self.stream_timeout_secs == 0
+            || self.circuits_available_timeout_secs == 0
+        {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
         }
         Ok(())

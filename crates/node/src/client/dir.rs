@@ -354,6 +354,7 @@ impl DirMgr {
             or_addr: SocketAddr::V4(r.ipv4),
             ntor_key: r.ntor_onion_key,
             ntor_v3: r.protocols.supports("Relay", 4),
+            optimistic_data: r.protocols.supports("Relay", 2),
         }
     }
 

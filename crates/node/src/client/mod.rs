@@ -1,12 +1,15 @@
 //! The onion-routing client: directory bootstrap, guards, circuits, and a
 //! SOCKS5 front end.
 
+pub mod buildtimes;
 pub mod chanmgr;
 pub mod circmgr;
 pub mod circuit;
 pub mod config;
+pub mod connect;
 pub mod control;
 pub mod dir;
+pub mod preemptive;
 pub mod socks;
 pub mod stream;
 
@@ -84,8 +87,12 @@ impl Client {
         let hp = hub.clone();
         let circmgr = CircMgr::new(
             CircMgrConfig {
+                learn_build_timeout: cfg.learn_circuit_build_timeout,
                 build_timeout: cfg.circuit_build_timeout(),
                 max_dirtiness: cfg.max_dirtiness(),
+                preemptive: cfg.preemptive_circuits,
+                prediction_base: Duration::from_secs(cfg.circuits_available_timeout_secs),
+                state_path: Some(cfg.data_dir.join("state")),
             },
             chanmgr.clone(),
             Arc::new(move |p, avoid| {
@@ -137,6 +144,8 @@ impl Client {
             ready: ready_rx.clone(),
             extended_errors: cfg.socks_extended_errors,
             hub: hub.clone(),
+            optimistic_data: cfg.optimistic_data,
+            optimistic_reply: cfg.socks_optimistic_reply,
         };
         let socks_listener = socks::SocksListener::start(
             listener,
@@ -205,10 +214,12 @@ impl Client {
         serde_json::json!({
             "bootstrapped": *self.ready.borrow(),
             "socks": self.socks_addr.to_string(),
-            "circuits_built": times.len(),
+            "circuits_built": self.circmgr.counters().built.load(std::sync::atomic::Ordering::Relaxed),
             "circuits_open": self.circmgr.open_circuits(),
             "open_circuit_paths": self.circmgr.open_circuit_paths(),
+            "clean_circuit_paths": self.circmgr.clean_circuit_paths(),
             "recent_build_times_ms": recent,
+            "circuits": self.circmgr.status(),
         })
     }
 
@@ -256,7 +267,10 @@ impl Client {
         let mut delay = Duration::from_secs(1);
         loop {
             match self.dir.refresh(None).await {
-                Ok(_) => break,
+                Ok(nd) => {
+                    self.circmgr.set_consensus_params(nd.params());
+                    break;
+                }
                 Err(e) => {
                     warn!("directory bootstrap: {e}; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
@@ -298,6 +312,7 @@ impl Client {
         self.hub.bootstrap(100, "done", "Done");
         self.hub.log("NOTICE", "Bootstrapped 100% (done): Done");
         let _ = ready.send(true);
+        self.circmgr.start_preemptive();
         loop {
             // Sleep towards the refresh time in slices, so a wall clock
             // that jumps forward (past the consensus's lifetime) is noticed.
@@ -307,9 +322,12 @@ impl Client {
             }
             self.wait_network_enabled().await;
             // Once circuits exist, fetch over BEGIN_DIR; fall back to DirPort.
-            if let Err(e) = self.dir.refresh(Some(&self.circmgr)).await {
-                warn!("directory refresh failed: {e}");
-                tokio::time::sleep(Duration::from_secs(10)).await;
+            match self.dir.refresh(Some(&self.circmgr)).await {
+                Ok(nd) => self.circmgr.set_consensus_params(nd.params()),
+                Err(e) => {
+                    warn!("directory refresh failed: {e}");
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                }
             }
         }
     }

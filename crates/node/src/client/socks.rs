@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use onionmix_cell::relay::{Begin, ResolvedAnswer, TargetHost, begin_flags};
+use onionmix_cell::relay::{ResolvedAnswer, TargetHost};
 use onionmix_frontend::addr::{self, HostKind};
 use onionmix_frontend::socks::{
     self, SocksCmd, SocksHandshake, SocksRequest, end_reason_to_reply, reply_code,
@@ -62,6 +62,12 @@ pub struct SocksContext {
     pub extended_errors: bool,
     /// What the control and metrics ports see.
     pub hub: Arc<ControlHub>,
+    /// Send application data before CONNECTED to exits that take it
+    /// (prop 181).
+    pub optimistic_data: bool,
+    /// Reply success to CONNECT at once (prop 309's `OptimisticData`
+    /// SocksPort flag); a stream that then fails is hung up on.
+    pub optimistic_reply: bool,
 }
 
 /// The SOCKS listener, which the control port can move (SETCONF SocksPort).
@@ -166,7 +172,10 @@ pub async fn serve(listener: TcpListener, ctx: SocksContext, max_conns: usize) {
     }
 }
 
-async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
+/// Read the SOCKS request. Also returns the bytes the client pipelined
+/// after it (an optimistic client sends its first data without waiting
+/// for our reply).
+async fn read_request(sock: &mut TcpStream) -> Result<(SocksRequest, Vec<u8>), String> {
     let mut hs = SocksHandshake::new();
     let mut buf = Vec::with_capacity(socks::MAX_MSG);
     let mut tmp = [0u8; 512];
@@ -176,9 +185,6 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
             return Err("client closed during SOCKS handshake".into());
         }
         buf.extend_from_slice(&tmp[..n]);
-        if buf.len() > 2 * socks::MAX_MSG {
-            return Err("SOCKS handshake too long".into());
-        }
         match hs.handle(&buf) {
             Ok(step) => {
                 buf.drain(..step.consumed);
@@ -188,11 +194,11 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
                         .map_err(|e| e.to_string())?;
                 }
                 if let Some(req) = step.request {
-                    if !buf.is_empty() {
-                        // Optimistic data before our reply: not supported.
-                        return Err("data sent before SOCKS reply".into());
-                    }
-                    return Ok(req);
+                    return Ok((req, buf));
+                }
+                // What is left is an incomplete message.
+                if buf.len() > socks::MAX_MSG {
+                    return Err("SOCKS handshake too long".into());
                 }
             }
             Err(e) => {
@@ -206,7 +212,7 @@ async fn read_request(sock: &mut TcpStream) -> Result<SocksRequest, String> {
 }
 
 async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Result<(), String> {
-    let req = tokio::time::timeout(SOCKS_HANDSHAKE_TIMEOUT, read_request(&mut sock))
+    let (req, early) = tokio::time::timeout(SOCKS_HANDSHAKE_TIMEOUT, read_request(&mut sock))
         .await
         .map_err(|_| "SOCKS handshake timed out".to_string())??;
     // Names that must never leave this process are answered here, before
@@ -240,7 +246,7 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         nym_epoch: epoch,
     };
     match req.cmd {
-        SocksCmd::Connect => connect(sock, ctx, key, req, tr).await,
+        SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
     }
 }
@@ -270,7 +276,7 @@ fn refusal_reason(kind: &HostKind) -> &'static str {
 
 /// The circuit for a stream: the controller's choice when it attaches
 /// streams, otherwise the circuit manager's.
-async fn circuit_for(
+pub(super) async fn circuit_for(
     ctx: &SocksContext,
     tr: &Tracked,
     key: &IsolationKey,
@@ -286,89 +292,6 @@ async fn circuit_for(
         .get_exit_circuit(key, port)
         .await
         .map_err(|e| e.to_string())
-}
-
-async fn connect(
-    mut sock: TcpStream,
-    ctx: SocksContext,
-    key: IsolationKey,
-    req: SocksRequest,
-    mut tr: Tracked,
-) -> Result<(), String> {
-    let flags = match req.host {
-        TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
-        _ => begin_flags::IPV6_OK,
-    };
-    let begin = Begin {
-        host: req.host.clone(),
-        port: req.port,
-        flags,
-    };
-    // Like tor (connection_ap_process_end_not_open): a circuit-level failure
-    // or an END that blames the exit (MISC, TIMEOUT, NOROUTE, RESOLVEFAILED,
-    // EXITPOLICY, RESOURCELIMIT, HIBERNATING) retries on another circuit, up
-    // to MAX_STREAM_ATTEMPTS; the circuit takes no new streams afterwards.
-    let mut last_err = StreamError::Timeout;
-    for attempt in 0..MAX_STREAM_ATTEMPTS {
-        let circ = match circuit_for(&ctx, &tr, &key, Some(req.port)).await {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = sock
-                    .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
-                    .await;
-                tr.failed(onionmix_cell::relay::end_reason::MISC, false);
-                return Err(format!("no circuit: {e}"));
-            }
-        };
-        tr.sent(&circ);
-        match circ
-            .open_stream(StreamRequest::Begin(begin.clone()), ctx.stream_timeout)
-            .await
-        {
-            Ok((stream, StreamEvent::Connected(addr))) => {
-                let bound = addr.map(|a| (a, 0));
-                sock.write_all(&req.reply(reply_code::SUCCEEDED, bound))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tr.succeeded();
-                let close = tr.close_requested();
-                let counted = tr.count(sock);
-                tokio::select! {
-                    (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
-                        debug!("stream closed: {up} bytes up, {down} bytes down");
-                    }
-                    _ = close => debug!("stream closed by the controller"),
-                }
-                tr.closed();
-                return Ok(());
-            }
-            Ok(_) => {
-                last_err = StreamError::Unexpected;
-                break;
-            }
-            Err(e) => {
-                let retry = match &e {
-                    StreamError::End(r) => retriable_end(*r),
-                    StreamError::LocalOnly(_) => false,
-                    _ => true,
-                };
-                debug!("stream attempt {} failed: {e}", attempt + 1);
-                last_err = e;
-                if !retry || tr.controller_attaches() {
-                    break;
-                }
-                tr.detached(last_err.end_reason());
-                ctx.circmgr.retire(&circ);
-            }
-        }
-    }
-    let code = end_reason_to_reply(last_err.end_reason());
-    let _ = sock.write_all(&req.reply(code, None)).await;
-    tr.failed(
-        last_err.end_reason(),
-        matches!(last_err, StreamError::End(_)),
-    );
-    Err(format!("connect failed: {last_err}"))
 }
 
 async fn resolve(

@@ -70,6 +70,19 @@ pub async fn open(
     req: StreamRequest,
     timeout: Duration,
 ) -> Result<(Stream, StreamEvent), StreamError> {
+    let mut s = begin(chan, circ_id, circ_credits, req).await?;
+    let first = s.first_event(timeout).await?;
+    Ok((s, first))
+}
+
+/// Send the stream's BEGIN (BEGIN_DIR, RESOLVE) and return at once; the
+/// answer is read with [`Stream::first_event`].
+pub async fn begin(
+    chan: &ChannelHandle,
+    circ_id: u32,
+    circ_credits: Arc<Semaphore>,
+    req: StreamRequest,
+) -> Result<Stream, StreamError> {
     let (tx, rx) = mpsc::channel(STREAM_EVENT_QUEUE);
     let credits = stream_credits();
     let cr = credits.clone();
@@ -82,7 +95,7 @@ pub async fn open(
             reply,
         })
         .await?;
-    let mut s = Stream {
+    Ok(Stream {
         chan: chan.clone(),
         circ_id,
         id,
@@ -90,29 +103,43 @@ pub async fn open(
         credits,
         circ_credits,
         ended: false,
-    };
-    let first = match tokio::time::timeout(timeout, s.events.recv()).await {
-        Ok(Some(ev)) => ev,
-        Ok(None) => {
-            s.ended = true;
-            return Err(StreamError::Reactor(ReactorError::CircuitDestroyed(0)));
-        }
-        Err(_) => return Err(StreamError::Timeout),
-    };
-    if let StreamEvent::End(r) = first {
-        s.ended = true;
-        return Err(StreamError::End(r));
-    }
-    if let StreamEvent::Resolved(_) = first {
-        s.ended = true;
-    }
-    Ok((s, first))
+    })
 }
 
 impl Stream {
     /// Stream ID.
     pub fn id(&self) -> u16 {
         self.id
+    }
+
+    /// Wait for the answer to BEGIN / RESOLVE: CONNECTED or RESOLVED (an
+    /// END is returned as [`StreamError::End`]).
+    pub async fn first_event(&mut self, timeout: Duration) -> Result<StreamEvent, StreamError> {
+        match tokio::time::timeout(timeout, self.events.recv()).await {
+            Ok(ev) => self.settle_first(ev),
+            Err(_) => Err(StreamError::Timeout),
+        }
+    }
+
+    /// Judge the first event read with [`Self::next_event`] (`None`: the
+    /// circuit is gone), as [`Self::first_event`] does.
+    pub fn settle_first(&mut self, ev: Option<StreamEvent>) -> Result<StreamEvent, StreamError> {
+        let Some(first) = ev else {
+            self.ended = true;
+            return Err(StreamError::Reactor(ReactorError::CircuitDestroyed(0)));
+        };
+        match first {
+            StreamEvent::End(r) => {
+                self.ended = true;
+                Err(StreamError::End(r))
+            }
+            StreamEvent::Resolved(_) => {
+                self.ended = true;
+                Ok(first)
+            }
+            StreamEvent::Data(_) => Err(StreamError::Unexpected),
+            StreamEvent::Connected(_) => Ok(first),
+        }
     }
 
     /// Send bytes (split into cells), waiting for flow-control credit.

@@ -211,19 +211,55 @@ async fn connect(mut s: ExitStream, b: Begin) {
         }
     };
     let _ = sock.set_nodelay(true);
+    // Optimistic data (prop 174): DATA cells that came while we resolved
+    // and connected waited in the stream's queue (bounded, and never more
+    // than one stream window: no stream SENDME goes out before they are
+    // written). They were all sent before CONNECTED, which goes out now.
+    let mut early = Vec::new();
+    let mut early_cells = 0u16;
+    while let Ok(d) = s.data.try_recv() {
+        early.extend_from_slice(&d);
+        early_cells = early_cells.saturating_add(1);
+    }
     let connected = Connected {
         addr: Some((addr, ANSWER_TTL)),
     };
     if !s.send(RelayCmd::CONNECTED, &connected.encode()) {
         return;
     }
-    pump(&mut s, sock).await;
+    let (rd, mut wr) = sock.into_split();
+    if !early.is_empty() {
+        let n = early.len() as u64;
+        s.ctx.stats.optimistic_bytes.fetch_add(n, Ordering::Relaxed);
+        s.ctx
+            .stats
+            .optimistic_streams
+            .fetch_add(1, Ordering::Relaxed);
+        s.ctx.stats.exit_bytes_up.fetch_add(n, Ordering::Relaxed);
+        if wr.write_all(&early).await.is_err() {
+            s.end(end_reason::CONNRESET);
+            return;
+        }
+    }
+    pump(&mut s, rd, wr, early_cells).await;
 }
 
-async fn pump(s: &mut ExitStream, sock: TcpStream) {
-    let (mut rd, mut wr) = sock.into_split();
+/// Move bytes between the target and the circuit; `cells` DATA cells were
+/// already written to the target (optimistic data).
+async fn pump(
+    s: &mut ExitStream,
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut cells: u16,
+) {
     let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
-    let mut cells = 0u16;
+    while cells >= STREAM_WINDOW_INC {
+        cells -= STREAM_WINDOW_INC;
+        s.origin.send(RCmd::StreamDrained {
+            circ_id: s.circ_id,
+            stream: s.stream,
+        });
+    }
     loop {
         tokio::select! {
             r = rd.read(&mut buf) => match r {

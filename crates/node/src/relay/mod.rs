@@ -68,6 +68,11 @@ pub struct RelayStats {
     pub exit_bytes_down: AtomicU64,
     /// Bytes from clients to targets.
     pub exit_bytes_up: AtomicU64,
+    /// Bytes clients sent on exit streams before we answered CONNECTED
+    /// (optimistic data, prop 174), written once the target connected.
+    pub optimistic_bytes: AtomicU64,
+    /// Exit streams that carried optimistic data.
+    pub optimistic_streams: AtomicU64,
 }
 
 /// Everything the relay's tasks share.

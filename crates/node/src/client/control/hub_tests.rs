@@ -17,6 +17,7 @@ fn hop(n: u8) -> HopTarget {
         or_addr: "127.0.0.1:5000".parse().unwrap(),
         ntor_key: [0; 32],
         ntor_v3: false,
+        optimistic_data: false,
     }
 }
 

@@ -1,0 +1,209 @@
+//! SOCKS CONNECT: open a BEGIN stream, with optimistic data.
+//!
+//! The application's first bytes (those it pipelined after its SOCKS
+//! request, and whatever it sends while the exit connects) go out in DATA
+//! cells right after BEGIN when the exit supports optimistic data
+//! (proposals 181 and 174); a copy is kept until CONNECTED so a retry on
+//! another circuit sends them again. With `socks_optimistic_reply`
+//! (proposal 309's `OptimisticData` SocksPort flag) the SOCKS success reply
+//! is sent at once, so applications that wait for it send their data
+//! early too; a stream that then fails is hung up on.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use onionmix_cell::relay::{Begin, TargetHost, begin_flags};
+use onionmix_frontend::socks::{SocksRequest, end_reason_to_reply, reply_code};
+use onionmix_proto::optimistic::OptimisticData;
+
+use super::circmgr::IsolationKey;
+use super::control::streams::Tracked;
+use super::socks::{
+    MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, SocksContext, circuit_for, retriable_end,
+};
+use super::stream::{Stream, StreamError};
+use crate::reactor::{StreamEvent, StreamRequest};
+
+/// Largest read from the application while waiting for CONNECTED.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// How waiting for CONNECTED ended.
+enum Waited {
+    /// The exit answered (CONNECTED, or an error).
+    Answer(Result<StreamEvent, StreamError>),
+    /// The application side failed.
+    AppGone(String),
+}
+
+/// Carry a SOCKS CONNECT; `early` holds bytes the client sent after its
+/// request, before any reply; `tr` reports the stream to the control port.
+pub async fn connect(
+    mut sock: TcpStream,
+    ctx: SocksContext,
+    key: IsolationKey,
+    req: SocksRequest,
+    early: Vec<u8>,
+    mut tr: Tracked,
+) -> Result<(), String> {
+    let flags = match req.host {
+        TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
+        _ => begin_flags::IPV6_OK,
+    };
+    let begin = Begin {
+        host: req.host.clone(),
+        port: req.port,
+        flags,
+    };
+    let mut opt = OptimisticData::default();
+    let taken = opt.push(&early);
+    debug_assert_eq!(taken, early.len());
+    let mut replied = false;
+    if ctx.optimistic_reply {
+        sock.write_all(&req.reply(reply_code::SUCCEEDED, None))
+            .await
+            .map_err(|e| e.to_string())?;
+        replied = true;
+    }
+    let mut app_eof = false;
+    // Like tor (connection_ap_process_end_not_open): a circuit-level failure
+    // or an END that blames the exit (MISC, TIMEOUT, NOROUTE, RESOLVEFAILED,
+    // EXITPOLICY, RESOURCELIMIT, HIBERNATING) retries on another circuit, up
+    // to MAX_STREAM_ATTEMPTS; the circuit takes no new streams afterwards.
+    let mut last_err = StreamError::Timeout;
+    for attempt in 0..MAX_STREAM_ATTEMPTS {
+        let circ = match circuit_for(&ctx, &tr, &key, Some(req.port)).await {
+            Ok(c) => c,
+            Err(e) => {
+                if !replied {
+                    let _ = sock
+                        .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
+                        .await;
+                }
+                tr.failed(onionmix_cell::relay::end_reason::MISC, false);
+                return Err(format!("no circuit: {e}"));
+            }
+        };
+        tr.sent(&circ);
+        let optimistic = ctx.optimistic_data && circ.exit_supports_optimistic_data();
+        opt.retry();
+        let res: Result<(), StreamError> =
+            match circ.begin_stream(StreamRequest::Begin(begin.clone())).await {
+                Ok(mut stream) => {
+                    match wait_connected(
+                        &mut sock,
+                        &mut stream,
+                        &mut opt,
+                        optimistic,
+                        &mut app_eof,
+                        ctx.stream_timeout,
+                    )
+                    .await
+                    {
+                        Waited::AppGone(e) => {
+                            tr.failed(onionmix_cell::relay::end_reason::DONE, false);
+                            return Err(e);
+                        }
+                        Waited::Answer(Ok(StreamEvent::Connected(addr))) => {
+                            if !replied {
+                                let bound = addr.map(|a| (a, 0));
+                                sock.write_all(&req.reply(reply_code::SUCCEEDED, bound))
+                                    .await
+                                    .map_err(|e| e.to_string())?;
+                            }
+                            if optimistic && opt.sent_early() > 0 {
+                                debug!("{} bytes of optimistic data", opt.sent_early());
+                            }
+                            tr.succeeded();
+                            let rest = opt.connected();
+                            if !rest.is_empty() && stream.write_all(&rest).await.is_err() {
+                                tr.closed();
+                                return Err("stream closed at once".into());
+                            }
+                            let close = tr.close_requested();
+                            let counted = tr.count(sock);
+                            tokio::select! {
+                                (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
+                                    debug!("stream closed: {up} bytes up, {down} bytes down");
+                                }
+                                _ = close => debug!("stream closed by the controller"),
+                            }
+                            tr.closed();
+                            return Ok(());
+                        }
+                        Waited::Answer(Ok(_)) => Err(StreamError::Unexpected),
+                        Waited::Answer(Err(e)) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+        let Err(e) = res else { break };
+        let retry = match &e {
+            StreamError::End(r) => retriable_end(*r),
+            StreamError::LocalOnly(_) | StreamError::Unexpected => false,
+            _ => true,
+        };
+        debug!("stream attempt {} failed: {e}", attempt + 1);
+        last_err = e;
+        if !retry || tr.controller_attaches() {
+            break;
+        }
+        tr.detached(last_err.end_reason());
+        ctx.circmgr.retire(&circ);
+    }
+    if !replied {
+        let code = end_reason_to_reply(last_err.end_reason());
+        let _ = sock.write_all(&req.reply(code, None)).await;
+    }
+    tr.failed(
+        last_err.end_reason(),
+        matches!(last_err, StreamError::End(_)),
+    );
+    Err(format!("connect failed: {last_err}"))
+}
+
+/// Wait for the exit's answer to BEGIN, meanwhile reading what the
+/// application sends (into `opt`, up to its bound) and, when `optimistic`,
+/// sending it on at once.
+async fn wait_connected(
+    sock: &mut TcpStream,
+    stream: &mut Stream,
+    opt: &mut OptimisticData,
+    optimistic: bool,
+    app_eof: &mut bool,
+    timeout: Duration,
+) -> Waited {
+    if optimistic {
+        let d = opt.take_unsent().to_vec();
+        // A write fails only when the stream already ended; its END is
+        // read below.
+        if !d.is_empty() {
+            let _ = stream.write_all(&d).await;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let room = opt.room().min(buf.len());
+        tokio::select! {
+            ev = stream.next_event() => return Waited::Answer(stream.settle_first(ev)),
+            r = sock.read(&mut buf[..room]), if !*app_eof && room > 0 => match r {
+                Ok(0) => *app_eof = true,
+                Ok(n) => {
+                    opt.push(&buf[..n]);
+                    if optimistic {
+                        let d = opt.take_unsent().to_vec();
+                        let _ = stream.write_all(&d).await;
+                    }
+                }
+                Err(e) => return Waited::AppGone(format!("SOCKS client: {e}")),
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                return Waited::Answer(Err(StreamError::Timeout));
+            }
+        }
+    }
+}
