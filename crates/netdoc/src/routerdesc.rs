@@ -48,6 +48,9 @@ pub struct DescriptorParams {
     pub contact: Option<String>,
     /// Serves directory requests over BEGIN_DIR (`tunnelled-dir-server`).
     pub tunnelled_dir_server: bool,
+    /// Wants to be an onion-service directory (`hidden-service-dir`; tor
+    /// authorities give the HSDir flag only to relays that say so).
+    pub hidden_service_dir: bool,
     /// Lifetime of the ntor cross-certificate, seconds.
     pub ntor_crosscert_lifetime: u64,
 }
@@ -156,6 +159,9 @@ pub fn build(keys: &RelayKeys, p: &DescriptorParams) -> Result<String, Descripto
     if p.tunnelled_dir_server {
         d.push_str("tunnelled-dir-server\n");
     }
+    if p.hidden_service_dir {
+        d.push_str("hidden-service-dir\n");
+    }
     d.push_str("router-sig-ed25519 ");
     let mut h = Sha256::new();
     h.update(b"Tor router descriptor signature v1");
@@ -229,6 +235,8 @@ pub struct UploadedDesc {
     pub policy: Vec<String>,
     /// Advertises `tunnelled-dir-server`.
     pub tunnelled_dir_server: bool,
+    /// Advertises `hidden-service-dir`.
+    pub hidden_service_dir: bool,
 }
 
 /// Check an uploaded descriptor (HTTP POST body: one descriptor, maybe
@@ -300,6 +308,7 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
         family: Vec::new(),
         policy: Vec::new(),
         tunnelled_dir_server: false,
+        hidden_service_dir: false,
     };
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
@@ -333,6 +342,7 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
                 d.policy.push(line.to_string());
             }
             "tunnelled-dir-server" => d.tunnelled_dir_server = true,
+            "hidden-service-dir" => d.hidden_service_dir = true,
             "onion-key" => {
                 let mut pem = String::new();
                 for l in lines.by_ref() {
@@ -376,6 +386,7 @@ mod tests {
             family: vec![],
             contact: Some("x@example.invalid".into()),
             tunnelled_dir_server: false,
+            hidden_service_dir: true,
             ntor_crosscert_lifetime: 7 * 86400,
         }
     }

@@ -569,7 +569,11 @@ impl Authority {
         add(v2dir, "V2Dir");
         add(fast && stable && v2dir, "Guard");
         add(exit, "Exit");
-        add(v2dir && stable, "HSDir");
+        // tor also requires Fast and the `hidden-service-dir` line.
+        add(
+            v2dir && stable && fast && s.desc.hidden_service_dir,
+            "HSDir",
+        );
         add(self.is_authority_relay(&s.desc.rsa_id), "Authority");
         f
     }
@@ -1169,6 +1173,7 @@ mod tests {
                 family: vec![],
                 contact: None,
                 tunnelled_dir_server: true,
+                hidden_service_dir: true,
                 ntor_crosscert_lifetime: 7 * 86400,
             },
         )
