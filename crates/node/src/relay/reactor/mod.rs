@@ -356,6 +356,9 @@ impl Reactor {
         };
         debug!("relay channel closed: {why}");
         self.shutdown();
+        // DESTROYs queued for other channels by the teardown (next hops,
+        // joined rendezvous circuits) must still leave.
+        let _ = self.flush();
         self.me.closed.store(true, Ordering::Relaxed);
         self.me.writer.close();
         ctx.stats.channels.fetch_sub(1, Ordering::Relaxed);
