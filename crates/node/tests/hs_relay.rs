@@ -169,6 +169,7 @@ async fn introduce2_rate_limit_per_intro_circuit() {
         burst_per_sec: Some(3),
     };
     let mut svc = intro_circuit(&[&entry, &ip], &auth, Some(dos)).await;
+    assert_eq!(count(&ip_ctx, "intro_dos_from_extension"), 1);
     let mut ok = 0;
     for i in 0..4u8 {
         let mut cli = RawCirc::build(&[&entry, &ip]).await;

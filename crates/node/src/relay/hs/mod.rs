@@ -98,6 +98,8 @@ counters! {
         intro_established,
         /// ... that took an auth key over from an older circuit.
         intro_replaced,
+        /// ... whose DoS extension (proposal 305) set the circuit's limits.
+        intro_dos_from_extension,
         /// ESTABLISH_INTRO refused: bad handshake MAC.
         intro_bad_mac,
         /// ESTABLISH_INTRO refused: bad signature.

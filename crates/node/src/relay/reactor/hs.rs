@@ -209,6 +209,11 @@ impl Reactor {
                         .intro_replaced
                         .fetch_add(1, Ordering::Relaxed);
                 }
+                if decision != onionmix_hs::intro::DosDecision::ConsensusDefaults {
+                    self.hs_stats()
+                        .intro_dos_from_extension
+                        .fetch_add(1, Ordering::Relaxed);
+                }
                 self.originate(id, RelayCmd::INTRO_ESTABLISHED, 0, &[0]);
                 drop(table);
                 if let Some(o) = self.origins.get_mut(&id) {
