@@ -33,7 +33,10 @@
 //! After the join the rendezvous point originates nothing on the client's
 //! circuit: cells it forwards from the service are encrypted in the
 //! service reactor and queued after the ones before them, so the client's
-//! backward keystream stays in order.
+//! backward keystream stays in order. (A client that addresses cells to the
+//! rendezvous point itself after the join, which tor never does, may get
+//! an answer out of order with spliced cells: it garbles only its own
+//! circuit.)
 
 use std::sync::atomic::Ordering;
 
