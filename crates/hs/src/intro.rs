@@ -91,7 +91,8 @@ pub fn establish_intro(
 pub enum DosDecision {
     /// No extension: the consensus defaults apply.
     ConsensusDefaults,
-    /// Rate or burst 0, or invalid values: no limit on this circuit.
+    /// Rate or burst 0 or missing, or invalid values: no limit on this
+    /// circuit.
     Disabled,
     /// Limit INTRODUCE2 to `rate` per second with bursts of `burst`.
     Enabled {
@@ -131,22 +132,46 @@ pub fn check_establish_intro(
     }
     let mut decision = DosDecision::ConsensusDefaults;
     for e in m.extensions.iter().filter(|e| e.ext_type == EXT_DOS_PARAMS) {
-        // A malformed extension body is a malformed cell, as in tor.
-        let p = DosParams::parse(&e.data)?;
-        decision = match (p.rate_per_sec, p.burst_per_sec) {
-            (Some(0), _) | (_, Some(0)) => DosDecision::Disabled,
-            (Some(rate), Some(burst))
-                if rate <= DOS_PARAM_MAX && burst <= DOS_PARAM_MAX && burst >= rate =>
-            {
-                DosDecision::Enabled { rate, burst }
-            }
-            // tor uses the consensus values for a missing parameter and
-            // disables the defence on invalid ones; we treat a partial
-            // extension as invalid (stock services always send both).
-            _ => DosDecision::Disabled,
-        };
+        decision = dos_decision(&e.data);
     }
     Ok((m, decision))
+}
+
+/// The DoS extension's effect, as tor's intro point decides it
+/// (`handle_establish_intro_cell_dos_extension`): an extension that does
+/// not parse, or names a parameter type tor does not know, leaves the
+/// consensus defaults in place; a missing or zero rate or burst turns the
+/// defence off; values above `INT32_MAX` or a burst below the rate turn it
+/// off too; otherwise the given rate and burst apply. Bytes after the
+/// parameters are ignored, as tor's parser does.
+pub fn dos_decision(data: &[u8]) -> DosDecision {
+    let Some((&n, mut rest)) = data.split_first() else {
+        return DosDecision::ConsensusDefaults;
+    };
+    let (mut rate, mut burst) = (0u64, 0u64);
+    for _ in 0..n {
+        let Some((param, tail)) = rest.split_first_chunk::<9>() else {
+            return DosDecision::ConsensusDefaults;
+        };
+        let (t, v) = param.split_at(1);
+        let Ok(v) = <[u8; 8]>::try_from(v) else {
+            return DosDecision::ConsensusDefaults;
+        };
+        let v = u64::from_be_bytes(v);
+        match t.first() {
+            Some(1) => rate = v,
+            Some(2) => burst = v,
+            _ => return DosDecision::ConsensusDefaults,
+        }
+        rest = tail;
+    }
+    if rate == 0 || burst == 0 {
+        DosDecision::Disabled
+    } else if rate <= DOS_PARAM_MAX && burst <= DOS_PARAM_MAX && burst >= rate {
+        DosDecision::Enabled { rate, burst }
+    } else {
+        DosDecision::Disabled
+    }
 }
 
 /// Introduction point: the auth key an INTRODUCE1 names (to find the

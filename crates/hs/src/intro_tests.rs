@@ -74,6 +74,25 @@ fn establish_intro_checked_by_the_intro_point() {
             burst: 10
         }
     );
+    assert_eq!(decide(Some(10), None), DosDecision::Disabled);
+    // As tor: a DoS extension that does not parse or names an unknown
+    // parameter leaves the consensus defaults; trailing bytes are ignored.
+    assert_eq!(dos_decision(&[]), DosDecision::ConsensusDefaults);
+    assert_eq!(dos_decision(&[1, 1, 0]), DosDecision::ConsensusDefaults);
+    let mut unknown = vec![2, 1, 0, 0, 0, 0, 0, 0, 0, 5, 9];
+    unknown.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 5]);
+    assert_eq!(dos_decision(&unknown), DosDecision::ConsensusDefaults);
+    let mut trailing = DosParams {
+        rate_per_sec: Some(5),
+        burst_per_sec: Some(7),
+    }
+    .to_extension()
+    .data;
+    trailing.push(0xff);
+    assert_eq!(
+        dos_decision(&trailing),
+        DosDecision::Enabled { rate: 5, burst: 7 }
+    );
     let plain = establish_intro(&p.auth, &kh, None).expect("b");
     assert_eq!(
         check_establish_intro(&plain, &kh).expect("ok").1,

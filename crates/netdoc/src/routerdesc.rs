@@ -48,8 +48,8 @@ pub struct DescriptorParams {
     pub contact: Option<String>,
     /// Serves directory requests over BEGIN_DIR (`tunnelled-dir-server`).
     pub tunnelled_dir_server: bool,
-    /// Stores and serves onion-service descriptors (`hidden-service-dir`,
-    /// which stock tor relays always write). onionmix relays do not yet.
+    /// Wants to be an onion-service directory (`hidden-service-dir`; tor
+    /// authorities give the HSDir flag only to relays that say so).
     pub hidden_service_dir: bool,
     /// Lifetime of the ntor cross-certificate, seconds.
     pub ntor_crosscert_lifetime: u64,
@@ -161,6 +161,9 @@ pub fn build(keys: &RelayKeys, p: &DescriptorParams) -> Result<String, Descripto
     }
     if p.tunnelled_dir_server {
         d.push_str("tunnelled-dir-server\n");
+    }
+    if p.hidden_service_dir {
+        d.push_str("hidden-service-dir\n");
     }
     d.push_str("router-sig-ed25519 ");
     let mut h = Sha256::new();
@@ -390,7 +393,7 @@ mod tests {
             family: vec![],
             contact: Some("x@example.invalid".into()),
             tunnelled_dir_server: false,
-            hidden_service_dir: false,
+            hidden_service_dir: true,
             ntor_crosscert_lifetime: 7 * 86400,
         }
     }

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use onionmix_cell::chan::destroy_reason;
-use onionmix_cell::relay::{Begin, Extend2, RelayMsg, Sendme};
+use onionmix_cell::relay::{Begin, Extend2, RelayCmd, RelayMsg, Sendme};
 use onionmix_cell::{CellBody, CellError};
 
 use crate::flow::{DeliverWindow, FlowError};
@@ -73,6 +73,17 @@ pub enum Inbound<'a> {
     },
     /// TRUNCATE: destroy the next hop and answer TRUNCATED.
     Truncate,
+    /// An onion-service message (relay commands 32-40: ESTABLISH_INTRO,
+    /// INTRODUCE1, ESTABLISH_RENDEZVOUS, RENDEZVOUS1, ...) for this relay
+    /// as introduction or rendezvous point; `onionmix_cell::hs` parses it.
+    OnionService {
+        /// The relay command.
+        cmd: RelayCmd,
+        /// Stream ID (0 for every onion-service message tor sends).
+        stream: u16,
+        /// The message data (borrowed from the cell).
+        data: &'a [u8],
+    },
     /// Nothing to do (DROP, unknown commands, data for closed streams).
     Nothing,
 }
@@ -251,6 +262,11 @@ impl RelayCircuit {
                 tag: sendme_tag(&m),
             },
             RelayMsg::Truncate => Inbound::Truncate,
+            RelayMsg::Unknown(cmd, data) if is_onion_service_cmd(cmd) => Inbound::OnionService {
+                cmd,
+                stream: sid,
+                data,
+            },
             RelayMsg::Drop | RelayMsg::Unknown(..) => Inbound::Nothing,
             RelayMsg::Connected(_)
             | RelayMsg::Resolved(_)
@@ -314,10 +330,91 @@ impl RelayCircuit {
     }
 }
 
+/// Whether `cmd` is one of the onion-service relay commands (32-40).
+pub fn is_onion_service_cmd(cmd: RelayCmd) -> bool {
+    (RelayCmd::ESTABLISH_INTRO.0..=RelayCmd::INTRODUCE_ACK.0).contains(&cmd.0)
+}
+
 /// Parse an authenticated SENDME body for circuit-level checks.
 pub fn sendme_tag(msg: &Sendme) -> Option<[u8; 20]> {
     match msg {
         Sendme::Authenticated(t) => Some(*t),
         Sendme::Unauthenticated => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onionmix_cell::PAYLOAD_LEN;
+    use onionmix_cell::relay;
+
+    /// A layer that recognizes every cell (plaintext bodies).
+    struct Clear;
+    impl RelayLayer for Clear {
+        fn decrypt_forward(&mut self, _body: &mut CellBody) -> Option<[u8; 20]> {
+            Some([0; 20])
+        }
+        fn originate_backward(&mut self, _body: &mut CellBody) -> [u8; 20] {
+            [0; 20]
+        }
+        fn encrypt_backward(&mut self, _body: &mut CellBody) {}
+    }
+
+    fn body(cmd: RelayCmd, sid: u16, data: &[u8]) -> CellBody {
+        let mut b = [0u8; PAYLOAD_LEN];
+        relay::write(&mut b, cmd, sid, data, |p| p.fill(0)).unwrap();
+        b
+    }
+
+    #[test]
+    fn onion_service_commands_reach_the_driver() {
+        let mut c = RelayCircuit::new(Box::new(Clear));
+        for cmd in 32..=40u8 {
+            let mut b = body(RelayCmd(cmd), 0, &[cmd; 20]);
+            let h = c.handle_inbound(false, &mut b).unwrap();
+            match h.action {
+                Inbound::OnionService {
+                    cmd: got,
+                    stream,
+                    data,
+                } => {
+                    assert_eq!(got, RelayCmd(cmd));
+                    assert_eq!(stream, 0);
+                    assert_eq!(data, &[cmd; 20]);
+                }
+                other => panic!("{cmd}: {other:?}"),
+            }
+        }
+        // Other unknown commands are still ignored.
+        for cmd in [31u8, 41, 200] {
+            let mut b = body(RelayCmd(cmd), 0, b"x");
+            let h = c.handle_inbound(false, &mut b).unwrap();
+            assert!(matches!(h.action, Inbound::Nothing), "{cmd}");
+        }
+    }
+
+    #[test]
+    fn unrecognized_cells_end_here_unless_the_circuit_continues() {
+        struct Opaque;
+        impl RelayLayer for Opaque {
+            fn decrypt_forward(&mut self, _body: &mut CellBody) -> Option<[u8; 20]> {
+                None
+            }
+            fn originate_backward(&mut self, _body: &mut CellBody) -> [u8; 20] {
+                [0; 20]
+            }
+            fn encrypt_backward(&mut self, _body: &mut CellBody) {}
+        }
+        let mut c = RelayCircuit::new(Box::new(Opaque));
+        let mut b = [0u8; PAYLOAD_LEN];
+        assert!(c.handle_inbound(false, &mut b).is_err());
+        // A joined rendezvous circuit is "extended" for this machine: its
+        // unrecognized cells are forwarded (to the other circuit).
+        c.extended(true);
+        assert!(matches!(
+            c.handle_inbound(false, &mut b).unwrap().action,
+            Inbound::Forward { early: false }
+        ));
     }
 }

@@ -116,6 +116,61 @@ pub struct RelayConfig {
     /// system resolver; testbeds point it at the sink's DNS responder.
     #[serde(default)]
     pub nameserver: Option<SocketAddr>,
+    /// Most introduction circuits this relay serves as introduction point
+    /// (one per service auth key).
+    #[serde(default = "default_hs_table")]
+    pub hs_max_intro_circuits: usize,
+    /// Most rendezvous cookies waiting for a service at once.
+    #[serde(default = "default_hs_table")]
+    pub hs_max_rend_cookies: usize,
+    /// Seconds a rendezvous circuit waits for the service's RENDEZVOUS1
+    /// before it is closed (stock clients give up after at most about
+    /// three circuit-build timeouts).
+    #[serde(default = "default_rend_lifetime")]
+    pub hs_rend_cookie_lifetime_secs: u64,
+    /// Most onion-service descriptors held as HSDir.
+    #[serde(default = "default_hsdir_descs")]
+    pub hsdir_max_descriptors: usize,
+    /// Most bytes of onion-service descriptors held as HSDir.
+    #[serde(default = "default_hsdir_bytes")]
+    pub hsdir_max_bytes: usize,
+    /// Rate-limit INTRODUCE2 on introduction circuits whose service sent
+    /// no DoS extension (tor's consensus parameter
+    /// `HiddenServiceEnableIntroDoSDefense`, default off).
+    #[serde(default)]
+    pub hs_intro_dos_defense: bool,
+    /// ... at this rate (`HiddenServiceEnableIntroDoSRatePerSec`, 25).
+    #[serde(default = "default_intro_rate")]
+    pub hs_intro_dos_rate_per_sec: u32,
+    /// ... with this burst (`HiddenServiceEnableIntroDoSBurstPerSec`, 200).
+    #[serde(default = "default_intro_burst")]
+    pub hs_intro_dos_burst_per_sec: u32,
+    /// Seconds between writes of `<data_dir>/stats.json` (the relay's
+    /// counters); 0: never.
+    #[serde(default = "default_stats_interval")]
+    pub stats_interval_secs: u64,
+}
+
+fn default_hs_table() -> usize {
+    16_384
+}
+fn default_rend_lifetime() -> u64 {
+    600
+}
+fn default_hsdir_descs() -> usize {
+    32_768
+}
+fn default_hsdir_bytes() -> usize {
+    128 << 20
+}
+fn default_intro_rate() -> u32 {
+    super::hs::dos::DEFAULT_RATE_PER_SEC
+}
+fn default_intro_burst() -> u32 {
+    super::hs::dos::DEFAULT_BURST_PER_SEC
+}
+fn default_stats_interval() -> u64 {
+    5
 }
 
 fn yes() -> bool {
@@ -199,6 +254,13 @@ impl RelayConfig {
                 "metrics_port {m} is not a loopback address; set allow_public_metrics = true if you mean it"
             ));
         }
+        if c.hs_intro_dos_rate_per_sec > c.hs_intro_dos_burst_per_sec
+            || c.hs_intro_dos_burst_per_sec > i32::MAX as u32
+        {
+            return Err(
+                "hs_intro_dos_burst_per_sec must be at least the rate and at most 2^31-1".into(),
+            );
+        }
         if c.onion_key_rotation_secs < 60 || c.onion_key_grace_secs >= c.onion_key_rotation_secs {
             return Err(
                 "onion_key_rotation_secs must be >= 60 and longer than onion_key_grace_secs".into(),
@@ -234,6 +296,22 @@ impl RelayConfig {
             p.rules.extend(default.rules);
         }
         Ok(p)
+    }
+
+    /// Limits of the onion-service roles.
+    pub fn hs_limits(&self) -> super::hs::HsLimits {
+        super::hs::HsLimits {
+            max_intro_circuits: self.hs_max_intro_circuits,
+            max_rend_cookies: self.hs_max_rend_cookies,
+            rend_cookie_lifetime: self.hs_rend_cookie_lifetime_secs,
+            hsdir_max_descriptors: self.hsdir_max_descriptors,
+            hsdir_max_bytes: self.hsdir_max_bytes,
+            intro_dos: super::hs::dos::IntroDosDefaults {
+                enabled: self.hs_intro_dos_defense,
+                rate_per_sec: self.hs_intro_dos_rate_per_sec,
+                burst_per_sec: self.hs_intro_dos_burst_per_sec,
+            },
+        }
     }
 
     /// Advertised address.

@@ -396,7 +396,15 @@ async fn dir(mut s: ExitStream) {
             }
         }
     }
-    let resp = server.handle_request(&req).await;
+    // Onion-service descriptors (HSDir role) are ours to answer; anything
+    // else goes to the directory cache. tor refuses HSDir requests whose
+    // previous hop is a client (not anonymous).
+    let anonymous = s.origin.peer.is_some() || s.ctx.cfg.allow_single_hop_exits;
+    let now = crate::clock::now_unix();
+    let resp = match super::hs::dir::answer(&s.ctx.hs, &req, anonymous, now) {
+        Some(r) => r,
+        None => server.handle_request(&req).await,
+    };
     tracing::debug!(
         "BEGIN_DIR: {} byte request, {} byte answer ({})",
         req.len(),

@@ -6,11 +6,13 @@ pub mod dircache;
 pub mod dns;
 pub mod exit;
 pub mod extend;
+pub mod hs;
 pub mod idle;
 pub mod oom;
 pub mod publish;
 pub mod reactor;
 pub mod rotate;
+pub mod statsfile;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -107,6 +109,9 @@ pub struct RelayCtx {
     pub known: KnownAddrs,
     /// Every channel's outbound queue (the memory-pressure handler's view).
     pub queues: Arc<oom::QueueRegistry>,
+    /// Onion-service roles: HSDir store, introduction and rendezvous
+    /// tables, their counters.
+    pub hs: hs::HsRelay,
 }
 
 impl RelayCtx {
@@ -190,6 +195,7 @@ pub fn make_ctx(
     let (link, transport) = link_identity(keys, now_unix())?;
     let exit_policy = cfg.exit_policy()?;
     let max_chans = cfg.max_channels;
+    let cfg_hs = cfg.hs_limits();
     let admission = Admission::new(AdmissionConfig {
         max_per_addr: cfg.max_conns_per_addr,
         ..AdmissionConfig::orport(max_chans)
@@ -212,6 +218,7 @@ pub fn make_ctx(
         admission,
         known,
         queues: Arc::default(),
+        hs: hs::HsRelay::new(cfg_hs),
     }))
 }
 
@@ -459,6 +466,7 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
         crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
     }
     tokio::spawn(oom::oom_loop(ctx.clone()));
+    tokio::spawn(hs::maintenance_loop(ctx.clone()));
     tokio::spawn(serve(ctx, listener));
     Ok(addr)
 }
@@ -485,6 +493,7 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
     );
     tokio::spawn(publish::publish_loop(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
+    tokio::spawn(statsfile::stats_loop(ctx.clone()));
     let load = ctx.clone();
     tokio::spawn(crate::memory::trim_loop(move || {
         load.stats.channels.load(Ordering::Relaxed) + load.stats.circuits.load(Ordering::Relaxed)

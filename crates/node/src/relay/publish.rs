@@ -14,14 +14,17 @@ use onionmix_netdoc::routerdesc::{self, DescriptorParams};
 
 use super::RelayCtx;
 
-/// Subprotocols this relay implements, apart from `DirCache`.
+/// Subprotocols this relay implements, apart from `DirCache` and `HSDir`
+/// (introduction point with and without proposal 305's DoS extension,
+/// rendezvous point).
 pub const PROTOCOLS: &str =
-    "Cons=1-2 Desc=1-2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
-/// The same with `DirCache=2`: what a relay that answers `BEGIN_DIR`
-/// says (clients, Arti's among them, take only directory caches with
-/// `DirCache=2` as guards).
-pub const PROTOCOLS_WITH_DIR_CACHE: &str =
-    "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+    "Cons=1-2 Desc=1-2 FlowCtrl=1 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+/// The same with `DirCache=2` and `HSDir=2`: what a relay that answers
+/// `BEGIN_DIR` says (clients, Arti's among them, take only directory
+/// caches with `DirCache=2` as guards; onion-service descriptors are
+/// published and fetched over `BEGIN_DIR`, so only a directory cache is
+/// an HSDir).
+pub const PROTOCOLS_WITH_DIR_CACHE: &str = "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 
 /// What the descriptor's `proto` line says, true to what this relay
 /// serves.
@@ -76,8 +79,8 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
             .collect(),
         family,
         contact: ctx.cfg.contact.clone(),
-        hidden_service_dir: false,
         tunnelled_dir_server: ctx.dir.is_some(),
+        hidden_service_dir: ctx.dir.is_some(),
         ntor_crosscert_lifetime: NTOR_CROSSCERT_LIFETIME,
     };
     routerdesc::build(&keys, &p).map_err(|e| e.to_string())
@@ -227,7 +230,7 @@ mod tests {
         let want: Protocols = lines[3].parse().unwrap();
         assert_eq!(
             no_cache.missing_from(&want),
-            vec![("DirCache".to_string(), 2)]
+            vec![("DirCache".to_string(), 2), ("HSDir".to_string(), 2)]
         );
     }
 }

@@ -139,6 +139,7 @@ impl Reactor {
                     }
                 }
             }
+            RCmd::Hs(c) => self.handle_hs_cmd(c),
             RCmd::Close => {}
         }
     }

@@ -134,6 +134,7 @@ impl Reactor {
                 next: None,
                 streams: HashMap::new(),
                 circ_credits: Arc::new(Semaphore::new(CIRC_WINDOW_START as usize)),
+                hs: hs::HsState::new(ckeys.kh),
             },
         );
         self.circuit_added();

@@ -38,7 +38,10 @@ use super::idle::{idle_timeout_for, sleep_until_opt};
 
 mod cmd;
 mod create;
+mod hs;
 mod origin;
+
+pub use hs::HsCmd;
 
 /// Depth of a reactor's command queue.
 const CMD_QUEUE: usize = 4096;
@@ -156,6 +159,8 @@ pub enum RCmd {
         /// Stream.
         stream: u16,
     },
+    /// Onion-service circuits (rendezvous joins and expiry).
+    Hs(HsCmd),
     /// Close the channel.
     Close,
 }
@@ -203,6 +208,8 @@ struct Origin {
     next: Option<NextLink>,
     streams: HashMap<u16, StreamTx>,
     circ_credits: Arc<Semaphore>,
+    /// Onion-service role (introduction / rendezvous point).
+    hs: hs::HsState,
 }
 
 struct Next {
@@ -349,6 +356,9 @@ impl Reactor {
         };
         debug!("relay channel closed: {why}");
         self.shutdown();
+        // DESTROYs queued for other channels by the teardown (next hops,
+        // joined rendezvous circuits) must still leave.
+        let _ = self.flush();
         self.me.closed.store(true, Ordering::Relaxed);
         self.me.writer.close();
         ctx.stats.channels.fetch_sub(1, Ordering::Relaxed);
@@ -370,15 +380,7 @@ impl Reactor {
     }
 
     fn fwd_buf(&mut self, w: &ChannelWriter) -> &mut BytesMut {
-        let idx = match self.fwd.iter().position(|(x, _)| x.same_channel(w)) {
-            Some(i) => i,
-            None => {
-                self.fwd
-                    .push((w.clone(), BytesMut::with_capacity(16 * 1024)));
-                self.fwd.len() - 1
-            }
-        };
-        &mut self.fwd[idx].1
+        fwd_buf_in(&mut self.fwd, w)
     }
 
     fn send_destroy(&mut self, circ_id: u32, reason: u8) {
@@ -422,10 +424,12 @@ impl Reactor {
         self.me.n_circuits.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Remove an origin circuit; tell the next hop; close exit streams.
+    /// Remove an origin circuit; tell the next hop (or the joined
+    /// rendezvous circuit); close exit streams.
     fn drop_origin(&mut self, id: u32, send_destroy_back: bool) {
         if let Some(o) = self.origins.remove(&id) {
             self.circuit_gone();
+            self.hs_circuit_gone(o.hs);
             o.circ_credits.close();
             for (_, s) in o.streams {
                 s.credits.close();
@@ -524,6 +528,22 @@ impl Reactor {
             }
         }
     }
+}
+
+/// The pending-writes buffer for channel `w` in `fwd` (one per destination
+/// channel per batch).
+fn fwd_buf_in<'a>(
+    fwd: &'a mut Vec<(ChannelWriter, BytesMut)>,
+    w: &ChannelWriter,
+) -> &'a mut BytesMut {
+    let idx = match fwd.iter().position(|(x, _)| x.same_channel(w)) {
+        Some(i) => i,
+        None => {
+            fwd.push((w.clone(), BytesMut::with_capacity(16 * 1024)));
+            fwd.len() - 1
+        }
+    };
+    &mut fwd[idx].1
 }
 
 /// Encrypt a cell originated at this relay towards the client and queue it

@@ -17,6 +17,9 @@ impl Reactor {
     }
 
     pub(super) fn origin_relay(&mut self, id: u32, early: bool, body: &mut CellBody) {
+        if self.origins.get(&id).is_some_and(|o| o.hs.is_waiting()) {
+            self.hs_poll_join(id);
+        }
         let Some(o) = self.origins.get_mut(&id) else {
             return;
         };
@@ -40,6 +43,8 @@ impl Reactor {
                         .stats
                         .cells_forwarded
                         .fetch_add(1, Ordering::Relaxed);
+                } else if o.hs.is_joined() {
+                    self.splice_forward(id, body);
                 }
             }
             Inbound::Extend(e) => {
@@ -121,6 +126,7 @@ impl Reactor {
                 }
                 self.originate(id, RelayCmd::TRUNCATED, 0, &[destroy_reason::REQUESTED]);
             }
+            Inbound::OnionService { cmd, data, .. } => self.hs_cell(id, cmd, data),
             Inbound::Nothing => {}
         }
         if let Some(d) = circ_sendme {
