@@ -393,7 +393,7 @@ mod tests {
             family: vec![],
             contact: Some("x@example.invalid".into()),
             tunnelled_dir_server: false,
-            hidden_service_dir: true,
+            hidden_service_dir: false,
             ntor_crosscert_lifetime: 7 * 86400,
         }
     }
