@@ -18,8 +18,8 @@
 //!   reveals, every authority serves the same value, and the stock tor
 //!   client, which took that consensus, reports the same current and
 //!   previous SRV (`GETINFO sr/current`, `sr/previous`) and still carries
-//!   a download; the stock relays (hidden-service-dir, HSDir=2) get the
-//!   HSDir flag and onionmix's (no HSDir support yet) do not.
+//!   a download; stock and onionmix relays (hidden-service-dir, HSDir=2)
+//!   get the HSDir flag.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
@@ -473,8 +473,9 @@ fn has_flag(cons: &str, name: &str, flag: &str) -> bool {
         .is_some_and(|s| s.split(' ').any(|f| f == flag))
 }
 
-/// Stock relays say `hidden-service-dir` and `HSDir=2`: HSDir; onionmix
-/// relays (no onion-service directory yet) say neither: no HSDir.
+/// Stock relays say `hidden-service-dir` and `HSDir=2`, and so do onionmix
+/// relays with a directory cache (they store onion-service descriptors):
+/// all get HSDir.
 fn hsdir_flags(info: &NetworkInfo, cons: &str) {
     let auth0 = node(info, "omauth0").dir_addr().unwrap();
     for stock in ["relay0", "exit0"] {
@@ -483,9 +484,12 @@ fn hsdir_flags(info: &NetworkInfo, cons: &str) {
         assert!(desc.contains("\nhidden-service-dir\n"), "{stock}: {desc}");
         assert!(has_flag(cons, stock, "HSDir"), "{stock} without HSDir");
     }
-    for ours in ["omrelay0", "omrelay1", "omexit0", "omauth0"] {
+    for ours in ["omrelay0", "omrelay1", "omexit0"] {
+        let fp = node(info, ours).fingerprint.clone().unwrap();
+        let desc = common_net::dir_get(auth0, &format!("/tor/server/fp/{fp}"));
+        assert!(desc.contains("\nhidden-service-dir\n"), "{ours}: {desc}");
         assert!(has_flag(cons, ours, "Running"), "{ours} not running");
-        assert!(!has_flag(cons, ours, "HSDir"), "{ours} has HSDir");
+        assert!(has_flag(cons, ours, "HSDir"), "{ours} without HSDir");
     }
 }
 

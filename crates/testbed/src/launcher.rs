@@ -167,6 +167,59 @@ impl Network {
     }
 }
 
+/// Run `cmd` under libfaketime (`lib`) with `clock_file` as its clock
+/// offset; monotonic time is not changed.
+pub fn with_faketime(cmd: &mut Command, lib: &Path, clock_file: &Path) {
+    cmd.env("LD_PRELOAD", lib)
+        .env("FAKETIME_TIMESTAMP_FILE", clock_file)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("FAKETIME_CACHE_DURATION", "1")
+        // libfaketime 0.9.10 otherwise rewrites the deadline of
+        // pthread_cond_timedwait on a monotonic condition variable and
+        // stock tor's worker-thread start-up times out at once ("Can't
+        // create worker thread pool").
+        .env("FAKETIME_FORCE_MONOTONIC_FIX", "0");
+}
+
+impl Network {
+    /// Restart the stock tor node `name` (not under the link emulator) with
+    /// its torrc and data directory: stop it by pid, start it again (under
+    /// libfaketime with `clock_file` when given), record the new pid.
+    pub fn restart_tor_node(
+        &mut self,
+        name: &str,
+        tor_bin: impl AsRef<std::ffi::OsStr>,
+        clock_file: Option<&Path>,
+    ) -> Result<(), String> {
+        if self.emu.is_some() {
+            return Err("restarting nodes under the link emulator is not supported".into());
+        }
+        let idx = self
+            .info
+            .nodes
+            .iter()
+            .position(|n| n.name == name && n.implementation == Implementation::Tor)
+            .ok_or_else(|| format!("no stock tor node {name}"))?;
+        let node = &self.info.nodes[idx];
+        if !proc::stop(node.pid, node.start_time, Duration::from_secs(10)) {
+            return Err(format!("{name} would not stop"));
+        }
+        let mut cmd = Command::new(tor_bin);
+        cmd.arg("-f").arg(node.data_dir.join("torrc"));
+        if let Some(f) = clock_file {
+            let lib = libfaketime().ok_or("a clock file needs libfaketime")?;
+            with_faketime(&mut cmd, &lib, f);
+        }
+        let child = proc::spawn(cmd, &node.log).map_err(|e| format!("cannot start {name}: {e}"))?;
+        let pid = child.id();
+        self.children.push(child);
+        let node = &mut self.info.nodes[idx];
+        node.pid = pid;
+        node.start_time = proc::start_time(pid).unwrap_or(0);
+        self.info.save().map_err(|e| format!("network.json: {e}"))
+    }
+}
+
 /// Stop the processes recorded in `info` (by pid and start time).
 pub fn stop_info(info: &NetworkInfo) -> Vec<String> {
     let mut procs: Vec<(String, u32, u64)> = info
@@ -601,15 +654,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             .and_then(|h| h.command(name, program))
             .unwrap_or_else(|| Command::new(program));
         if let Some((lib, file)) = &faketime {
-            c.env("LD_PRELOAD", lib)
-                .env("FAKETIME_TIMESTAMP_FILE", file)
-                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-                .env("FAKETIME_CACHE_DURATION", "1")
-                // libfaketime 0.9.10 otherwise rewrites the deadline of
-                // pthread_cond_timedwait on a monotonic condition variable
-                // and stock tor's worker-thread start-up times out at once
-                // ("Can't create worker thread pool").
-                .env("FAKETIME_FORCE_MONOTONIC_FIX", "0");
+            with_faketime(&mut c, lib, file);
         }
         c
     };

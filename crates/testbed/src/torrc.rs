@@ -219,68 +219,9 @@ fn first_octet_net(addr: &str) -> String {
     format!("{first}.0.0.0")
 }
 
-/// Make a running stock tor relay build and upload a new descriptor now.
-///
-/// SIGHUP alone does not do it in tor 0.4.9: a relay whose descriptor is
-/// "clean" but not listed as Running waits 90 minutes
-/// (`FAST_RETRY_DESCRIPTOR_INTERVAL`) before republishing, and a reload
-/// without a descriptor-relevant change keeps it clean. Changing
-/// `ContactInfo` (a descriptor field) in its torrc and reloading marks the
-/// descriptor dirty ("config change"), so tor rebuilds and uploads it at
-/// once. `nonce` makes each call's value differ.
-pub fn force_republish(
-    torrc: &Path,
-    pid: u32,
-    start_time: u64,
-    nonce: u64,
-) -> std::io::Result<bool> {
-    let text = std::fs::read_to_string(torrc)?;
-    let contact = format!("ContactInfo onionmix-testnet-{nonce}@example.invalid");
-    let mut replaced = false;
-    let mut out: Vec<String> = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("ContactInfo ") {
-                replaced = true;
-                contact.clone()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    if !replaced {
-        out.push(contact);
-    }
-    let mut body = out.join("\n");
-    body.push('\n');
-    onionmix_fsutil::write_atomic(torrc, body.as_bytes())?;
-    Ok(crate::proc::reload(pid, start_time))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn force_republish_changes_contact_info_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let torrc = dir.path().join("torrc");
-        std::fs::write(&torrc, "Nickname r\nContactInfo a@b\nORPort 1\n").unwrap();
-        // No such process: nothing is signalled, the file still changes.
-        assert!(!force_republish(&torrc, u32::MAX - 1, 0, 7).unwrap());
-        let t = std::fs::read_to_string(&torrc).unwrap();
-        assert_eq!(
-            t,
-            "Nickname r\nContactInfo onionmix-testnet-7@example.invalid\nORPort 1\n"
-        );
-        std::fs::write(&torrc, "Nickname r\n").unwrap();
-        force_republish(&torrc, u32::MAX - 1, 0, 8).unwrap();
-        let t = std::fs::read_to_string(&torrc).unwrap();
-        assert!(
-            t.ends_with("ContactInfo onionmix-testnet-8@example.invalid\n"),
-            "{t}"
-        );
-    }
 
     #[test]
     fn exit_torrc_has_recipe_options() {
