@@ -489,7 +489,10 @@ fn hsdir_flags(info: &NetworkInfo, cons: &str) {
         let desc = common_net::dir_get(auth0, &format!("/tor/server/fp/{fp}"));
         assert!(desc.contains("\nhidden-service-dir\n"), "{ours}: {desc}");
         assert!(has_flag(cons, ours, "Running"), "{ours} not running");
-        assert!(has_flag(cons, ours, "HSDir"), "{ours} without HSDir");
+        assert!(
+            has_flag(cons, ours, "HSDir"),
+            "{ours} without HSDir in\n{cons}\ndescriptor:\n{desc}"
+        );
     }
 }
 

@@ -162,9 +162,6 @@ pub fn build(keys: &RelayKeys, p: &DescriptorParams) -> Result<String, Descripto
     if p.tunnelled_dir_server {
         d.push_str("tunnelled-dir-server\n");
     }
-    if p.hidden_service_dir {
-        d.push_str("hidden-service-dir\n");
-    }
     d.push_str("router-sig-ed25519 ");
     let mut h = Sha256::new();
     h.update(b"Tor router descriptor signature v1");
@@ -457,7 +454,9 @@ mod tests {
         assert_eq!(u.policy, ["accept *:80", "reject *:*"]);
         assert!(!u.hidden_service_dir && !u.hibernating);
         p.hidden_service_dir = true;
-        let hs = verify_upload(&build(&k, &p).unwrap(), now).unwrap();
+        let hs_text = build(&k, &p).unwrap();
+        assert_eq!(hs_text.matches("\nhidden-service-dir\n").count(), 1);
+        let hs = verify_upload(&hs_text, now).unwrap();
         assert!(hs.hidden_service_dir);
         p.hidden_service_dir = false;
         assert!(
