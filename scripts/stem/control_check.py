@@ -103,9 +103,20 @@ class Events:
         self.controller.remove_event_listener(self.q.put)
 
 
-def pick_path(controller):
-    """A guard, a middle and an exit from the consensus (fingerprints)."""
-    relays = list(controller.get_network_statuses())
+def pick_path(controller, want_exits, timeout=180):
+    """A guard, a middle and an exit from the consensus (fingerprints).
+
+    Waits (up to `timeout` s) until the client's consensus lists
+    `want_exits` usable exits: on a busy machine a consensus period can
+    miss a relay whose upload or reachability test was late, and the
+    NEWNYM checks below need both exits."""
+    deadline = time.time() + timeout
+    while True:
+        relays = list(controller.get_network_statuses())
+        n = sum(1 for r in relays if "Exit" in r.flags and "BadExit" not in r.flags)
+        if n >= want_exits or time.time() > deadline:
+            break
+        time.sleep(2)
     exits = [r for r in relays if "Exit" in r.flags and "BadExit" not in r.flags]
     guards = [r for r in relays if "Guard" in r.flags and r not in exits]
     exit_fp = exits[0].fingerprint
@@ -129,6 +140,7 @@ def main():
     ap.add_argument("--sink", required=True, help="host:port of the sink's HTTP server")
     ap.add_argument("--password", required=True)
     ap.add_argument("--max-newnym", type=int, default=6)
+    ap.add_argument("--exits", type=int, default=2, help="exits the test network has")
     a = ap.parse_args()
     signal.alarm(900)
     chost, cport = a.control.rsplit(":", 1)
@@ -191,7 +203,7 @@ def main():
         r["stream_status_parses"] = isinstance(c.get_streams(), list)
 
         # A circuit along a chosen path.
-        path, exits = pick_path(c)
+        path, exits = pick_path(c, a.exits)
         ev.drain()
         ev.seen.clear()
         cid = c.new_circuit(path, await_build=True, timeout=90)
