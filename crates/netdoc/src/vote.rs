@@ -362,6 +362,29 @@ fn object_bytes(obj: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(body).ok()
 }
 
+/// A legal relay nickname (tor: 1-19 ASCII letters and digits).
+fn is_nickname(s: &str) -> bool {
+    (1..=19).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A flag name as tor writes them (ASCII letters and digits).
+fn is_flag_name(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A consensus parameter name (letters, digits, `_` and `-`).
+fn is_param_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A protocol list (`Link=4-5 Relay=2-4`) clients parse.
+fn is_protocol_list(s: &str) -> bool {
+    s.parse::<crate::types::Protocols>().is_ok()
+}
+
 /// Parse a vote, verify its embedded certificate (valid at `now`) and its
 /// signature.
 pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
@@ -371,6 +394,11 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
     }
     if !text.starts_with("network-status-version 3\n") {
         return Err(malformed(W, "does not start with network-status-version 3"));
+    }
+    // Values are copied into the consensus: no NUL (refused by every
+    // parser), no tab or CR (tor-netdoc splits arguments on tabs too).
+    if text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f) {
+        return Err(malformed(W, "control character"));
     }
     // Signature first: everything up to "directory-signature ".
     let sig_at = text
@@ -461,7 +489,11 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                 h.voting_delay = (a, b);
             }
             "known-flags" => {
-                h.known_flags = rest.split_whitespace().map(str::to_string).collect();
+                let flags: BTreeSet<String> = rest.split_whitespace().map(str::to_string).collect();
+                if !flags.iter().all(|f| is_flag_name(f)) {
+                    return Err(malformed(W, "bad flag name in known-flags"));
+                }
+                h.known_flags = flags;
             }
             "params" => {
                 for kv in rest.split_whitespace() {
@@ -469,6 +501,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                         .split_once('=')
                         .ok_or_else(|| malformed(W, "bad param"))?;
                     let v: i32 = v.parse().map_err(|_| malformed(W, "bad param value"))?;
+                    if !is_param_name(k) {
+                        return Err(malformed(W, "bad param name"));
+                    }
                     h.params.insert(k.to_string(), v);
                 }
             }
@@ -477,6 +512,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                 let [nick, id, _host, ip, dp, op] = f[..] else {
                     return Err(malformed(W, "bad dir-source"));
                 };
+                if !is_nickname(nick) {
+                    return Err(malformed(W, "bad dir-source nickname"));
+                }
                 h.nickname = nick.to_string();
                 h.v3ident = hex20(id, W)?;
                 h.address = ip
@@ -490,7 +528,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                     .map_err(|_| malformed(W, "bad dir-source port"))?;
                 seen_source = true;
             }
-            "contact" => h.contact = rest.to_string(),
+            // Leading spaces would not survive the consensus (tor-netdoc
+            // refuses a contact value starting with whitespace).
+            "contact" => h.contact = rest.trim().to_string(),
             "r" => {
                 if relays.len() >= MAX_VOTE_RELAYS {
                     return Err(malformed(W, "too many relays"));
@@ -499,6 +539,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                 let [nick, id, dd, date, time, ip, op, dp] = f[..] else {
                     return Err(malformed(W, "bad r line"));
                 };
+                if !is_nickname(nick) {
+                    return Err(malformed(W, "bad r nickname"));
+                }
                 relays.push(RouterEntry {
                     nickname: nick.to_string(),
                     rsa_id: fixed(id, W)?,
@@ -522,8 +565,16 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                     .ok_or_else(|| malformed(W, "relay item before any r line"))?;
                 match kw {
                     "s" => r.flags = rest.split_whitespace().map(str::to_string).collect(),
-                    "v" => r.version = Some(rest.to_string()),
-                    "pr" => r.protocols = rest.to_string(),
+                    "v" => {
+                        let v = rest.trim();
+                        r.version = (!v.is_empty()).then(|| v.to_string());
+                    }
+                    "pr" => {
+                        if !is_protocol_list(rest) {
+                            return Err(malformed(W, "bad pr line"));
+                        }
+                        r.protocols = rest.to_string();
+                    }
                     "w" => {
                         for kv in rest.split_whitespace() {
                             if let Some(v) = kv.strip_prefix("Bandwidth=") {
@@ -558,6 +609,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
             }
             _ => {
                 if let Some(i) = PROTO_KEYWORDS.iter().position(|k| *k == kw) {
+                    if !is_protocol_list(rest) || rest.trim().is_empty() {
+                        return Err(malformed(W, "bad protocol line"));
+                    }
                     h.protocols[i] = rest.to_string();
                 }
             }
@@ -565,6 +619,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
     }
     if !seen_source {
         return Err(malformed(W, "no dir-source"));
+    }
+    if h.protocols.iter().any(String::is_empty) {
+        return Err(malformed(W, "missing protocol line"));
     }
     if h.v3ident != cert.id_fingerprint() {
         return Err(VoteError::BadSignature(
@@ -577,6 +634,13 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
     for r in &relays {
         if r.md_digest == [0; 32] {
             return Err(malformed(W, format!("relay {} has no m line", r.nickname)));
+        }
+        // As tor: a router status may only use flags the vote declares.
+        if !r.flags.is_subset(&h.known_flags) {
+            return Err(malformed(
+                W,
+                format!("relay {} has unknown flags", r.nickname),
+            ));
         }
     }
     relays.sort_by_key(|r| r.rsa_id);
@@ -791,7 +855,11 @@ pub fn compute_consensus(votes: &[Vote], n_authorities: usize) -> Result<String,
     for (i, k) in PROTO_KEYWORDS.iter().enumerate() {
         let v =
             most_common(votes.iter().map(|v| v.header.protocols[i].clone())).unwrap_or_default();
-        d.push_str(&format!("{k} {v}\n"));
+        // An empty line would not parse; parse_vote refuses votes without
+        // one, so this only guards votes built some other way.
+        if !v.is_empty() {
+            d.push_str(&format!("{k} {v}\n"));
+        }
     }
     let mut params: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for v in &votes {
@@ -1177,6 +1245,58 @@ mod tests {
                 build_vote(&header(k, i), &rs, &k.certificate, &k.signing).unwrap()
             })
             .collect()
+    }
+
+    /// Sign `text` (a vote whose signature object was cut off) again.
+    fn resign(text: &str, k: &AuthorityKeys) -> String {
+        let at = text.rfind("\ndirectory-signature ").unwrap() + 1;
+        let end = at + "directory-signature ".len();
+        let line_end = end + text[end..].find('\n').unwrap() + 1;
+        let digest: [u8; 20] = Sha1::digest(&text.as_bytes()[..end]).into();
+        let sig = k.signing.sign_raw(&digest).unwrap();
+        format!("{}{}", &text[..line_end], pem_wrap("SIGNATURE", &sig))
+    }
+
+    #[test]
+    fn votes_with_values_clients_would_refuse_are_refused() {
+        // Everything parse_vote accepts is copied into the consensus, so
+        // what tor-netdoc would refuse there is refused here (found by the
+        // `vote` fuzz target).
+        let k = &keys()[0];
+        let good = votes().remove(0);
+        assert!(parse_vote(&good, now()).is_ok());
+        for (what, from, to) in [
+            (
+                "empty protocol line",
+                "required-relay-protocols Cons",
+                "required-relay-protocols\nx Cons",
+            ),
+            ("bad pr", "pr Cons=1-2", "pr Cons=99"),
+            ("unknown flag", "s Fast", "s Weird Fast"),
+            ("bad nickname", "r relay1 ", "r relay-1 "),
+            ("tab", "contact test", "contact\ttest"),
+            ("NUL", "contact test", "contact te\0st"),
+            ("bad param", "params cbttestfreq", "params cbt.testfreq"),
+        ] {
+            assert!(good.contains(from), "{what}: {from:?} not in the vote");
+            let bad = resign(&good.replacen(from, to, 1), k);
+            assert!(
+                matches!(parse_vote(&bad, now()), Err(VoteError::Malformed { .. })),
+                "{what} accepted"
+            );
+        }
+        // A protocol line may not be missing.
+        let no_line = resign(
+            &good.replacen("required-client-protocols", "x-client-protocols", 1),
+            k,
+        );
+        assert!(parse_vote(&no_line, now()).is_err());
+        // Leading spaces of contact and `v` values are dropped.
+        let spaced = resign(&good.replacen("contact test", "contact   test", 1), k);
+        assert_eq!(
+            parse_vote(&spaced, now()).unwrap().header.contact,
+            "test@example.invalid"
+        );
     }
 
     #[test]
