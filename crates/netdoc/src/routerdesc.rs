@@ -356,9 +356,14 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
         return Err("no router line".into());
     }
     // tor-netdoc ignores the TAP onion key; clients still parse it in the
-    // microdescriptor built from this descriptor, so check it (and its
-    // cross-certificate, as tor's authorities do) and keep it canonical.
-    if let Some(pem) = &d.onion_key_pem {
+    // microdescriptor built from this descriptor (tor-netdoc requires it
+    // there, dir-spec says "exactly once" in both), so require it, check
+    // it and its cross-certificate (as tor's authorities do) and keep it
+    // canonical.
+    let Some(pem) = &d.onion_key_pem else {
+        return Err("no onion-key".into());
+    };
+    {
         let key = RsaPublic::from_pem(pem).map_err(|e| format!("bad onion-key: {e}"))?;
         if key.bits() != 1024 {
             return Err("onion-key is not a 1024-bit RSA key".into());
@@ -523,6 +528,15 @@ mod tests {
             + "-----END CROSSCERT-----\n".len();
         let no_cc = format!("{}{}", &d[..cc], &d[cc_end..]);
         assert!(verify_upload(&resign(&no_cc, &k), now).is_err());
+        // Without the key at all (tor-netdoc accepts that; dir-spec and the
+        // microdescriptor parser do not).
+        let ok_at = d.find("onion-key\n").unwrap();
+        let ok_end = ok_at
+            + d[ok_at..].find("-----END RSA PUBLIC KEY-----\n").unwrap()
+            + "-----END RSA PUBLIC KEY-----\n".len();
+        let no_key = format!("{}{}", &d[..ok_at], &d[ok_end..]);
+        let e = verify_upload(&resign(&no_key, &k), now).unwrap_err();
+        assert!(e.contains("onion-key"), "{e}");
     }
 
     #[test]
