@@ -15,8 +15,8 @@ use base64::Engine;
 use sha1::{Digest as _, Sha1};
 use sha2::Sha256;
 
-use onionmix_crypto::keys::RelayKeys;
-use onionmix_crypto::rsa_id::pem_wrap;
+use onionmix_crypto::keys::{RelayKeys, verify_tap_onion_key_crosscert};
+use onionmix_crypto::rsa_id::{RsaPublic, pem_unwrap, pem_wrap};
 use onionmix_crypto::timefmt::format_utc;
 
 /// What the descriptor says about the relay besides its keys.
@@ -313,6 +313,7 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
         hidden_service_dir: false,
         hibernating: false,
     };
+    let mut tap_crosscert: Option<String> = None;
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let (kw, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -347,7 +348,7 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
             "tunnelled-dir-server" => d.tunnelled_dir_server = true,
             "hidden-service-dir" => d.hidden_service_dir = true,
             "hibernating" => d.hibernating = rest.trim() == "1",
-            "onion-key" => {
+            "onion-key" | "onion-key-crosscert" => {
                 let mut pem = String::new();
                 for l in lines.by_ref() {
                     pem.push_str(l);
@@ -356,13 +357,38 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
                         break;
                     }
                 }
-                d.onion_key_pem = Some(pem);
+                if kw == "onion-key" {
+                    d.onion_key_pem = Some(pem);
+                } else {
+                    tap_crosscert = Some(pem);
+                }
             }
             _ => {}
         }
     }
     if d.nickname.is_empty() {
         return Err("no router line".into());
+    }
+    // tor-netdoc ignores the TAP onion key; clients still parse it in the
+    // microdescriptor built from this descriptor (tor-netdoc requires it
+    // there, dir-spec says "exactly once" in both), so require it, check
+    // it and its cross-certificate (as tor's authorities do) and keep it
+    // canonical.
+    let Some(pem) = &d.onion_key_pem else {
+        return Err("no onion-key".into());
+    };
+    {
+        let key = RsaPublic::from_pem(pem).map_err(|e| format!("bad onion-key: {e}"))?;
+        if key.bits() != 1024 {
+            return Err("onion-key is not a 1024-bit RSA key".into());
+        }
+        let cc = tap_crosscert
+            .as_deref()
+            .and_then(|t| pem_unwrap("CROSSCERT", t))
+            .ok_or("onion-key without a valid onion-key-crosscert object")?;
+        verify_tap_onion_key_crosscert(&key, &cc, &d.rsa_id, &d.ed_id)
+            .map_err(|_| "bad onion-key-crosscert")?;
+        d.onion_key_pem = Some(key.to_pem());
     }
     Ok(d)
 }
@@ -474,6 +500,65 @@ mod tests {
         assert!(verify_upload(&d, now - MAX_PUBLISHED_SKEW - 10).is_err());
         assert!(verify_upload("garbage", now).is_err());
         assert!(verify_upload("", now).is_err());
+    }
+
+    /// Sign a descriptor again after editing it (both signatures).
+    fn resign(d: &str, k: &RelayKeys) -> String {
+        let ed_at = d.find("router-sig-ed25519 ").unwrap() + "router-sig-ed25519 ".len();
+        let mut h = Sha256::new();
+        h.update(b"Tor router descriptor signature v1");
+        h.update(&d.as_bytes()[..ed_at]);
+        let digest: [u8; 32] = h.finalize().into();
+        let mut t = format!(
+            "{}{}\nrouter-signature\n",
+            &d[..ed_at],
+            b64_nopad(&k.ed_signing.sign(&digest))
+        );
+        let sha1: [u8; 20] = Sha1::digest(t.as_bytes()).into();
+        t.push_str(&pem_wrap(
+            "SIGNATURE",
+            &k.rsa_identity.sign_raw(&sha1).unwrap(),
+        ));
+        t
+    }
+
+    #[test]
+    fn tap_onion_key_and_crosscert_are_checked() {
+        // tor-netdoc ignores the TAP key, but clients parse it in the
+        // microdescriptor we build from the descriptor (the routerdesc fuzz
+        // target found a mangled key accepted and served).
+        let k = keys();
+        let p = params();
+        let now = p.published;
+        let d = build(&k, &p).unwrap();
+        assert!(verify_upload(&resign(&d, &k), now).is_ok());
+        let key = k.rsa_onion.public().to_pem();
+        // Another valid key: the cross-certificate no longer matches.
+        let other = RelayKeys::generate(&mut rand::rngs::OsRng, now).unwrap();
+        let swapped = d.replacen(&key, &other.rsa_onion.public().to_pem(), 1);
+        let e = verify_upload(&resign(&swapped, &k), now).unwrap_err();
+        assert!(e.contains("crosscert"), "{e}");
+        // A mangled key (exponent bytes changed) is refused.
+        let mangled = d.replacen("AgMBAAE=", "AgSBAAE=", 1);
+        assert_ne!(mangled, d);
+        let e = verify_upload(&resign(&mangled, &k), now).unwrap_err();
+        assert!(e.contains("onion-key"), "{e}");
+        // Without the cross-certificate.
+        let cc = d.find("onion-key-crosscert\n").unwrap();
+        let cc_end = cc
+            + d[cc..].find("-----END CROSSCERT-----\n").unwrap()
+            + "-----END CROSSCERT-----\n".len();
+        let no_cc = format!("{}{}", &d[..cc], &d[cc_end..]);
+        assert!(verify_upload(&resign(&no_cc, &k), now).is_err());
+        // Without the key at all (tor-netdoc accepts that; dir-spec and the
+        // microdescriptor parser do not).
+        let ok_at = d.find("onion-key\n").unwrap();
+        let ok_end = ok_at
+            + d[ok_at..].find("-----END RSA PUBLIC KEY-----\n").unwrap()
+            + "-----END RSA PUBLIC KEY-----\n".len();
+        let no_key = format!("{}{}", &d[..ok_at], &d[ok_end..]);
+        let e = verify_upload(&resign(&no_key, &k), now).unwrap_err();
+        assert!(e.contains("onion-key"), "{e}");
     }
 
     #[test]

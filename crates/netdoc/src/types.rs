@@ -389,6 +389,21 @@ impl FromStr for Protocols {
             }
             map.entry(name.to_string()).or_default().extend(ranges);
         }
+        // Canonical form: sorted, overlapping and adjacent ranges merged
+        // (a name may be listed more than once). Versions are at most 63,
+        // so an entry ends with at most 32 ranges and prints to a list
+        // that parses back to the same value.
+        for ranges in map.values_mut() {
+            ranges.sort_unstable();
+            let mut merged: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
+            for &(a, b) in ranges.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *ranges = merged;
+        }
         Ok(Protocols { map })
     }
 }
@@ -445,6 +460,12 @@ mod tests {
         let req: Protocols = "Link=4 Relay=2 Desc=2".parse().unwrap();
         assert_eq!(p.missing_from(&req), vec![("Desc".to_string(), 2)]);
         assert!("Link=5-3".parse::<Protocols>().is_err());
+        // Repeated names and overlapping ranges are merged (found by the
+        // netdoc_types fuzz target: 65 ranges printed, then refused).
+        let many: String = (0..70).map(|_| "Desc=1-2 ").collect();
+        let p: Protocols = format!("{many}Desc=4,3,9-10 Link=5,4").parse().unwrap();
+        assert_eq!(p.to_string(), "Desc=1-4,9-10 Link=4-5");
+        assert_eq!(p.to_string().parse::<Protocols>().unwrap(), p);
         assert!("Link".parse::<Protocols>().is_err());
         assert!("Link=99".parse::<Protocols>().is_err());
     }

@@ -365,7 +365,22 @@ impl PortSummary {
         }
         ranges.sort();
         let accept = match verb {
-            "accept" => ranges,
+            // Sorted and merged: `to_line_value` computes the complement
+            // from this list, so overlapping or adjacent ranges must be
+            // one range (`accept 1-100,2-3` printed as `reject 4-65535`
+            // before; found by the exit_policy fuzz target).
+            "accept" => {
+                let mut merged: Vec<(u16, u16)> = Vec::with_capacity(ranges.len());
+                for (a, b) in ranges {
+                    match merged.last_mut() {
+                        Some(last) if u32::from(a) <= u32::from(last.1) + 1 => {
+                            last.1 = last.1.max(b);
+                        }
+                        _ => merged.push((a, b)),
+                    }
+                }
+                merged
+            }
             "reject" => {
                 let mut acc = Vec::new();
                 let mut next = 1u32;
@@ -421,6 +436,15 @@ mod tests {
         );
         assert!(PortSummary::parse("accept 1-65535").unwrap().allows(9));
         assert!(ExitPolicy::reject_all().summary(false).is_reject_all());
+        // Overlapping, adjacent and unsorted accept ranges keep their ports
+        // when printed (the exit_policy fuzz target's finding).
+        let s = PortSummary::parse("accept 1-100,2-3,200,101-150").unwrap();
+        assert_eq!(s.accept, [(1, 150), (200, 200)]);
+        let line = s.to_line_value();
+        assert_eq!(line, "accept 1-150,200");
+        let back = PortSummary::parse(&line).unwrap();
+        assert!((1..=150).chain([200]).all(|p| back.allows(p)));
+        assert!(!back.allows(151) && !back.allows(65535));
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub const TEST_DOMAIN: &str = "onionmix.test";
 /// The sink's hostname.
 pub const SINK_HOSTNAME: &str = "sink.onionmix.test";
 /// Largest request head accepted (8 KiB, 64 headers).
-const HEAD_LIMITS: Limits = Limits::new(8 * 1024, 64);
+pub const HEAD_LIMITS: Limits = Limits::new(8 * 1024, 64);
 /// Idle time before a keep-alive connection is closed.
 const IDLE: Duration = Duration::from_secs(120);
 
@@ -241,6 +241,60 @@ fn cached_digest(cache: &Mutex<HashMap<u64, [u8; 32]>>, n: u64) -> [u8; 32] {
     d
 }
 
+/// What the sink answers to a request head (the decision `serve_http`
+/// carries out; sans-IO so it can be tested and fuzzed alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkAnswer {
+    /// The request has a body (or a chunked one): 400 and close, so the
+    /// connection cannot desynchronise.
+    BodyRefused,
+    /// Not GET or HEAD: 405.
+    MethodNotAllowed,
+    /// `/bytes/<n>` or `/stream/<n>` with `n` not an integer up to
+    /// [`MAX_BYTES`]: 400.
+    BadCount,
+    /// `n` deterministic bytes; `digest`: with the `X-Onionmix-Sha256`
+    /// header (`/bytes/`), without it (`/stream/`).
+    Bytes {
+        /// Body length.
+        n: u64,
+        /// Whether the digest header is sent.
+        digest: bool,
+    },
+    /// `/`: a line of help.
+    Index,
+    /// Anything else: 404.
+    NotFound,
+}
+
+/// Decide the answer to one request head.
+pub fn answer_for(head: &onionmix_http::RequestHead) -> SinkAnswer {
+    // GET and HEAD carry no body; one with a body (or a chunked one)
+    // is refused and the connection closed, so it cannot desync.
+    if !matches!(head.body_framing(0), Ok(BodyFraming::Length(0))) {
+        return SinkAnswer::BodyRefused;
+    }
+    let (method, path) = (head.method.as_str(), head.path.as_str());
+    if method != "GET" && method != "HEAD" {
+        return SinkAnswer::MethodNotAllowed;
+    }
+    let (nstr, digest) = match (path.strip_prefix("/bytes/"), path.strip_prefix("/stream/")) {
+        (Some(n), _) => (Some(n), true),
+        // `/stream/<n>`: the same bytes without the digest header, so
+        // the first byte does not wait for hashing n bytes (goodput).
+        (None, Some(n)) => (Some(n), false),
+        _ => (None, false),
+    };
+    match nstr {
+        Some(nstr) => match nstr.parse::<u64>() {
+            Ok(n) if n <= MAX_BYTES => SinkAnswer::Bytes { n, digest },
+            _ => SinkAnswer::BadCount,
+        },
+        None if path == "/" => SinkAnswer::Index,
+        None => SinkAnswer::NotFound,
+    }
+}
+
 async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
     mut s: S,
     cache: Arc<Mutex<HashMap<u64, [u8; 32]>>>,
@@ -266,88 +320,70 @@ async fn serve_http<S: AsyncRead + AsyncWrite + Unpin>(
                 return Ok(());
             }
         };
-        // GET and HEAD carry no body; one with a body (or a chunked one)
-        // is refused and the connection closed, so it cannot desync.
-        if !matches!(head.body_framing(0), Ok(BodyFraming::Length(0))) {
-            respond_close(&mut s, 400, "Bad Request", "no request bodies\n").await?;
-            return Ok(());
-        }
         let close = head.wants_close();
-        let (method, path) = (head.method.as_str(), head.path.as_str());
-        if method != "GET" && method != "HEAD" {
-            respond_simple(&mut s, 405, "Method Not Allowed", "only GET\n").await?;
-            if close {
-                break;
+        let method = head.method.as_str();
+        match answer_for(&head) {
+            SinkAnswer::BodyRefused => {
+                respond_close(&mut s, 400, "Bad Request", "no request bodies\n").await?;
+                return Ok(());
             }
-            s.flush().await?;
-            continue;
-        }
-        let (nstr, digest) = match (path.strip_prefix("/bytes/"), path.strip_prefix("/stream/")) {
-            (Some(n), _) => (Some(n), true),
-            // `/stream/<n>`: the same bytes without the digest header, so
-            // the first byte does not wait for hashing n bytes (goodput).
-            (None, Some(n)) => (Some(n), false),
-            _ => (None, false),
-        };
-        if let Some(nstr) = nstr {
-            let n = match nstr.parse::<u64>() {
-                Ok(n) if n <= MAX_BYTES => n,
-                _ => {
-                    respond_simple(
-                        &mut s,
-                        400,
-                        "Bad Request",
-                        "n must be an integer <= 1 GiB\n",
-                    )
-                    .await?;
-                    if close {
-                        break;
+            SinkAnswer::MethodNotAllowed => {
+                respond_simple(&mut s, 405, "Method Not Allowed", "only GET\n").await?;
+            }
+            SinkAnswer::BadCount => {
+                respond_simple(
+                    &mut s,
+                    400,
+                    "Bad Request",
+                    "n must be an integer <= 1 GiB\n",
+                )
+                .await?;
+            }
+            SinkAnswer::Bytes { n, digest } => {
+                let d = if !digest {
+                    [0u8; 32]
+                } else if n <= 4 * 1024 * 1024 {
+                    cached_digest(&cache, n)
+                } else {
+                    let c = cache.clone();
+                    tokio::task::spawn_blocking(move || cached_digest(&c, n))
+                        .await
+                        .unwrap_or([0u8; 32])
+                };
+                let digest_line = if digest {
+                    format!("X-Onionmix-Sha256: {}\r\n", hex::encode(d))
+                } else {
+                    String::new()
+                };
+                let hdr = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\n{digest_line}{}\r\n",
+                    if close { "Connection: close\r\n" } else { "" }
+                );
+                s.write_all(hdr.as_bytes()).await?;
+                if method == "GET" {
+                    let mut g = generator(n);
+                    let mut chunk = vec![0u8; 64 * 1024];
+                    let mut left = n;
+                    while left > 0 {
+                        let k = left.min(chunk.len() as u64) as usize;
+                        g.fill_bytes(&mut chunk[..k]);
+                        s.write_all(&chunk[..k]).await?;
+                        left -= k as u64;
                     }
-                    s.flush().await?;
-                    continue;
-                }
-            };
-            let d = if !digest {
-                [0u8; 32]
-            } else if n <= 4 * 1024 * 1024 {
-                cached_digest(&cache, n)
-            } else {
-                let c = cache.clone();
-                tokio::task::spawn_blocking(move || cached_digest(&c, n))
-                    .await
-                    .unwrap_or([0u8; 32])
-            };
-            let digest_line = if digest {
-                format!("X-Onionmix-Sha256: {}\r\n", hex::encode(d))
-            } else {
-                String::new()
-            };
-            let hdr = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\n{digest_line}{}\r\n",
-                if close { "Connection: close\r\n" } else { "" }
-            );
-            s.write_all(hdr.as_bytes()).await?;
-            if method == "GET" {
-                let mut g = generator(n);
-                let mut chunk = vec![0u8; 64 * 1024];
-                let mut left = n;
-                while left > 0 {
-                    let k = left.min(chunk.len() as u64) as usize;
-                    g.fill_bytes(&mut chunk[..k]);
-                    s.write_all(&chunk[..k]).await?;
-                    left -= k as u64;
                 }
             }
-        } else if path == "/" {
-            respond_simple(
-                &mut s,
-                200,
-                "OK",
-                "onionmix sink: GET /bytes/<n> returns n deterministic bytes (SHA-256 in X-Onionmix-Sha256)\n",
-            )
-            .await?;
-        } else {
-            respond_simple(&mut s, 404, "Not Found", "try /bytes/<n>\n").await?;
+            SinkAnswer::Index => {
+                respond_simple(
+                    &mut s,
+                    200,
+                    "OK",
+                    "onionmix sink: GET /bytes/<n> returns n deterministic bytes (SHA-256 in X-Onionmix-Sha256)\n",
+                )
+                .await?;
+            }
+            SinkAnswer::NotFound => {
+                respond_simple(&mut s, 404, "Not Found", "try /bytes/<n>\n").await?;
+            }
         }
         if close {
             break;
@@ -487,6 +523,46 @@ mod tests {
         assert_ne!(body(1000)[..100], body(1001)[..100]);
         let b = body(300_000);
         assert_eq!(<[u8; 32]>::from(Sha256::digest(&b)), digest(300_000));
+    }
+
+    #[test]
+    fn answers_by_head() {
+        let ans = |req: &str| {
+            let h = onionmix_http::parse_request_head(req.as_bytes(), &HEAD_LIMITS)
+                .unwrap()
+                .unwrap();
+            answer_for(&h)
+        };
+        assert_eq!(
+            ans("GET /bytes/10 HTTP/1.1\r\n\r\n"),
+            SinkAnswer::Bytes {
+                n: 10,
+                digest: true
+            }
+        );
+        assert_eq!(
+            ans("HEAD /stream/0 HTTP/1.0\r\n\r\n"),
+            SinkAnswer::Bytes {
+                n: 0,
+                digest: false
+            }
+        );
+        assert_eq!(
+            ans("GET /bytes/1073741825 HTTP/1.1\r\n\r\n"),
+            SinkAnswer::BadCount
+        );
+        assert_eq!(ans("GET /bytes/-1 HTTP/1.1\r\n\r\n"), SinkAnswer::BadCount);
+        assert_eq!(ans("GET / HTTP/1.1\r\n\r\n"), SinkAnswer::Index);
+        assert_eq!(ans("GET /x HTTP/1.1\r\n\r\n"), SinkAnswer::NotFound);
+        assert_eq!(ans("PUT / HTTP/1.1\r\n\r\n"), SinkAnswer::MethodNotAllowed);
+        assert_eq!(
+            ans("GET / HTTP/1.1\r\nContent-Length: 1\r\n\r\n"),
+            SinkAnswer::BodyRefused
+        );
+        assert_eq!(
+            ans("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            SinkAnswer::BodyRefused
+        );
     }
 
     #[test]

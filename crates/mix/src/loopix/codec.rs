@@ -541,7 +541,15 @@ impl Control {
                 kind: ControlKind::Pull,
                 name,
             } => legacy_pull(name),
-            Control::Dummy => Value::Array(vec![Value::str("DUMMY")]).encode(),
+            // The shape `dummy` sends (word and two noise fields), so that
+            // `parse` recognises it: a one-item array is not a control
+            // message.
+            Control::Dummy => Value::Array(vec![
+                Value::str("DUMMY"),
+                Value::Bin(vec![]),
+                Value::Bin(vec![]),
+            ])
+            .encode(),
         }
     }
 
@@ -665,6 +673,10 @@ mod tests {
         let mut rng = rand::thread_rng();
         assert_eq!(
             Control::parse(&Control::dummy(500, &mut rng)),
+            Some(Control::Dummy)
+        );
+        assert_eq!(
+            Control::parse(&Control::Dummy.encode()),
             Some(Control::Dummy)
         );
         assert_eq!(Control::parse(b"garbage"), None);

@@ -80,7 +80,11 @@ pub fn compute_consensus(
     for (i, k) in PROTO_KEYWORDS.iter().enumerate() {
         let v =
             most_common(votes.iter().map(|v| v.header.protocols[i].clone())).unwrap_or_default();
-        d.push_str(&format!("{k} {v}\n"));
+        // An empty line would not parse; parse_vote refuses votes without
+        // one, so this only guards votes built some other way.
+        if !v.is_empty() {
+            d.push_str(&format!("{k} {v}\n"));
+        }
     }
     let mut params: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for v in &votes {

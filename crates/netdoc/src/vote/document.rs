@@ -130,6 +130,29 @@ pub(super) fn object_bytes(obj: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(body).ok()
 }
 
+/// A legal relay nickname (tor: 1-19 ASCII letters and digits).
+fn is_nickname(s: &str) -> bool {
+    (1..=19).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A flag name as tor writes them (ASCII letters and digits).
+fn is_flag_name(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A consensus parameter name (letters, digits, `_` and `-`).
+fn is_param_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A protocol list (`Link=4-5 Relay=2-4`) clients parse.
+fn is_protocol_list(s: &str) -> bool {
+    s.parse::<crate::types::Protocols>().is_ok()
+}
+
 /// Parse a vote, verify its embedded certificate (valid at `now`) and its
 /// signature.
 pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
@@ -139,6 +162,11 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
     }
     if !text.starts_with("network-status-version 3\n") {
         return Err(malformed(W, "does not start with network-status-version 3"));
+    }
+    // Values are copied into the consensus: no NUL (refused by every
+    // parser), no tab or CR (tor-netdoc splits arguments on tabs too).
+    if text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f) {
+        return Err(malformed(W, "control character"));
     }
     // Signature first: everything up to "directory-signature ".
     let sig_at = text
@@ -230,7 +258,11 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                 h.voting_delay = (a, b);
             }
             "known-flags" => {
-                h.known_flags = rest.split_whitespace().map(str::to_string).collect();
+                let flags: BTreeSet<String> = rest.split_whitespace().map(str::to_string).collect();
+                if !flags.iter().all(|f| is_flag_name(f)) {
+                    return Err(malformed(W, "bad flag name in known-flags"));
+                }
+                h.known_flags = flags;
             }
             "params" => {
                 for kv in rest.split_whitespace() {
@@ -238,6 +270,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                         .split_once('=')
                         .ok_or_else(|| malformed(W, "bad param"))?;
                     let v: i32 = v.parse().map_err(|_| malformed(W, "bad param value"))?;
+                    if !is_param_name(k) {
+                        return Err(malformed(W, "bad param name"));
+                    }
                     h.params.insert(k.to_string(), v);
                 }
             }
@@ -246,6 +281,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                 let [nick, id, _host, ip, dp, op] = f[..] else {
                     return Err(malformed(W, "bad dir-source"));
                 };
+                if !is_nickname(nick) {
+                    return Err(malformed(W, "bad dir-source nickname"));
+                }
                 h.nickname = nick.to_string();
                 h.v3ident = hex20(id, W)?;
                 h.address = ip
@@ -259,7 +297,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                     .map_err(|_| malformed(W, "bad dir-source port"))?;
                 seen_source = true;
             }
-            "contact" => h.contact = rest.to_string(),
+            // Leading spaces would not survive the consensus (tor-netdoc
+            // refuses a contact value starting with whitespace).
+            "contact" => h.contact = rest.trim().to_string(),
             "r" => {
                 if relays.len() >= MAX_VOTE_RELAYS {
                     return Err(malformed(W, "too many relays"));
@@ -268,6 +308,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                 let [nick, id, dd, date, time, ip, op, dp] = f[..] else {
                     return Err(malformed(W, "bad r line"));
                 };
+                if !is_nickname(nick) {
+                    return Err(malformed(W, "bad r nickname"));
+                }
                 relays.push(RouterEntry {
                     nickname: nick.to_string(),
                     rsa_id: fixed(id, W)?,
@@ -291,8 +334,16 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
                     .ok_or_else(|| malformed(W, "relay item before any r line"))?;
                 match kw {
                     "s" => r.flags = rest.split_whitespace().map(str::to_string).collect(),
-                    "v" => r.version = Some(rest.to_string()),
-                    "pr" => r.protocols = rest.to_string(),
+                    "v" => {
+                        let v = rest.trim();
+                        r.version = (!v.is_empty()).then(|| v.to_string());
+                    }
+                    "pr" => {
+                        if !is_protocol_list(rest) {
+                            return Err(malformed(W, "bad pr line"));
+                        }
+                        r.protocols = rest.to_string();
+                    }
                     "w" => {
                         for kv in rest.split_whitespace() {
                             if let Some(v) = kv.strip_prefix("Bandwidth=") {
@@ -332,6 +383,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
             }
             _ => {
                 if let Some(i) = PROTO_KEYWORDS.iter().position(|k| *k == kw) {
+                    if !is_protocol_list(rest) || rest.trim().is_empty() {
+                        return Err(malformed(W, "bad protocol line"));
+                    }
                     h.protocols[i] = rest.to_string();
                 }
             }
@@ -340,6 +394,9 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
     h.shared_rand.finish();
     if !seen_source {
         return Err(malformed(W, "no dir-source"));
+    }
+    if h.protocols.iter().any(String::is_empty) {
+        return Err(malformed(W, "missing protocol line"));
     }
     if h.v3ident != cert.id_fingerprint() {
         return Err(VoteError::BadSignature(
@@ -352,6 +409,13 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
     for r in &relays {
         if r.md_digest == [0; 32] {
             return Err(malformed(W, format!("relay {} has no m line", r.nickname)));
+        }
+        // As tor: a router status may only use flags the vote declares.
+        if !r.flags.is_subset(&h.known_flags) {
+            return Err(malformed(
+                W,
+                format!("relay {} has unknown flags", r.nickname),
+            ));
         }
     }
     relays.sort_by_key(|r| r.rsa_id);

@@ -4,7 +4,8 @@ use crate::authority::AuthorityConfig;
 use crate::consensus::{ConsensusError, TimeTolerance, UnverifiedConsensus};
 use crate::srv::{Commit, SharedRandom, SrVoteInfo};
 use onionmix_crypto::keys::AuthorityKeys;
-use onionmix_crypto::rsa_id::RsaKeypair;
+use onionmix_crypto::rsa_id::{RsaKeypair, pem_wrap};
+use sha1::{Digest as _, Sha1};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -422,4 +423,55 @@ fn malformed_shared_random_lines_invalidate_a_vote() {
     let text = signed(&format!("shared-rand-commit {}", other.to_args()));
     let v = parse_vote(&text, now()).unwrap();
     assert_eq!(v.header.shared_rand.commits, [other]);
+}
+/// Sign `text` (a vote whose signature object was cut off) again.
+fn resign(text: &str, k: &AuthorityKeys) -> String {
+    let at = text.rfind("\ndirectory-signature ").unwrap() + 1;
+    let end = at + "directory-signature ".len();
+    let line_end = end + text[end..].find('\n').unwrap() + 1;
+    let digest: [u8; 20] = Sha1::digest(&text.as_bytes()[..end]).into();
+    let sig = k.signing.sign_raw(&digest).unwrap();
+    format!("{}{}", &text[..line_end], pem_wrap("SIGNATURE", &sig))
+}
+
+#[test]
+fn votes_with_values_clients_would_refuse_are_refused() {
+    // Everything parse_vote accepts is copied into the consensus, so
+    // what tor-netdoc would refuse there is refused here (found by the
+    // `vote` fuzz target).
+    let k = &keys()[0];
+    let good = votes().remove(0);
+    assert!(parse_vote(&good, now()).is_ok());
+    for (what, from, to) in [
+        (
+            "empty protocol line",
+            "required-relay-protocols Cons",
+            "required-relay-protocols\nx Cons",
+        ),
+        ("bad pr", "pr Cons=1-2", "pr Cons=99"),
+        ("unknown flag", "s Fast", "s Weird Fast"),
+        ("bad nickname", "r relay1 ", "r relay-1 "),
+        ("tab", "contact test", "contact\ttest"),
+        ("NUL", "contact test", "contact te\0st"),
+        ("bad param", "params cbttestfreq", "params cbt.testfreq"),
+    ] {
+        assert!(good.contains(from), "{what}: {from:?} not in the vote");
+        let bad = resign(&good.replacen(from, to, 1), k);
+        assert!(
+            matches!(parse_vote(&bad, now()), Err(VoteError::Malformed { .. })),
+            "{what} accepted"
+        );
+    }
+    // A protocol line may not be missing.
+    let no_line = resign(
+        &good.replacen("required-client-protocols", "x-client-protocols", 1),
+        k,
+    );
+    assert!(parse_vote(&no_line, now()).is_err());
+    // Leading spaces of contact and `v` values are dropped.
+    let spaced = resign(&good.replacen("contact test", "contact   test", 1), k);
+    assert_eq!(
+        parse_vote(&spaced, now()).unwrap().header.contact,
+        "test@example.invalid"
+    );
 }

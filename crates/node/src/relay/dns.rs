@@ -8,6 +8,10 @@ use tokio::net::UdpSocket;
 
 /// Build a query for `name` of `qtype` (1 = A, 28 = AAAA).
 pub fn query(id: u16, name: &str, qtype: u16) -> Option<Vec<u8>> {
+    // RFC 1035: at most 255 bytes on the wire, 253 in text form.
+    if name.trim_end_matches('.').len() > 253 {
+        return None;
+    }
     let mut q = Vec::with_capacity(32 + name.len());
     q.extend_from_slice(&id.to_be_bytes());
     q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
@@ -124,5 +128,13 @@ mod tests {
         assert!(parse(&r, 8).is_none());
         assert!(parse(&r[..20], 7).is_some_and(|v| v.is_empty()) || parse(&r[..20], 7).is_none());
         assert!(query(1, &"a".repeat(64), 1).is_none());
+        // Longer than a DNS name may be (found by the exit_dns fuzz target:
+        // 130 labels, which the answer parser then could not skip).
+        assert!(query(1, &"a.".repeat(130), 1).is_none());
+        let longest = format!("{}a", "a.".repeat(126));
+        let q = query(2, &longest, 1).unwrap();
+        let mut r = q.clone();
+        r[2] |= 0x80;
+        assert_eq!(parse(&r, 2), Some(Vec::new()));
     }
 }
