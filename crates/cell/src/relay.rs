@@ -464,6 +464,47 @@ impl Sendme {
     }
 }
 
+/// XON (proposal 324 §4.1): the receiver's buffer for a stream drained;
+/// the sender may resume, at most at the advised rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Xon {
+    /// Advised drain rate in units of 1000 bytes/s; 0 means unlimited.
+    pub kbps_ewma: u32,
+}
+
+impl Xon {
+    /// Encode the body (version 0).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![0];
+        v.extend_from_slice(&self.kbps_ewma.to_be_bytes());
+        v
+    }
+    /// Parse a body: version 0 only (other versions are a protocol
+    /// violation, proposal 324 §4.1).
+    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
+        let mut r = Reader::new(d);
+        match r.u8("xon version")? {
+            0 => Ok(Xon {
+                kbps_ewma: r.u32("xon kbps_ewma")?,
+            }),
+            v => Err(CellError::invalid("XON", format!("unknown version {v}"))),
+        }
+    }
+}
+
+/// Encode an XOFF body (version 0).
+pub fn encode_xoff() -> Vec<u8> {
+    vec![0]
+}
+
+/// Parse an XOFF body: version 0 only.
+pub fn parse_xoff(d: &[u8]) -> Result<(), CellError> {
+    match Reader::new(d).u8("xoff version")? {
+        0 => Ok(()),
+        v => Err(CellError::invalid("XOFF", format!("unknown version {v}"))),
+    }
+}
+
 /// A link specifier (tor-spec §5.1.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkSpec {
@@ -714,6 +755,10 @@ pub enum RelayMsg<'a> {
     Resolved(Vec<ResolvedAnswer>),
     /// BEGIN_DIR.
     BeginDir,
+    /// XON (stream flow control on congestion-controlled circuits).
+    Xon(Xon),
+    /// XOFF.
+    Xoff,
     /// Anything else (ignored, but counted for digests).
     Unknown(RelayCmd, &'a [u8]),
 }
@@ -743,6 +788,11 @@ impl<'a> RelayMsg<'a> {
             }
             RelayCmd::RESOLVED => RelayMsg::Resolved(parse_resolved(d)?),
             RelayCmd::BEGIN_DIR => RelayMsg::BeginDir,
+            RelayCmd::XON => RelayMsg::Xon(Xon::parse(d)?),
+            RelayCmd::XOFF => {
+                parse_xoff(d)?;
+                RelayMsg::Xoff
+            }
             c => RelayMsg::Unknown(c, d),
         };
         Ok((h.stream_id, msg))
@@ -764,6 +814,8 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::Resolve(_) => RelayCmd::RESOLVE,
             RelayMsg::Resolved(_) => RelayCmd::RESOLVED,
             RelayMsg::BeginDir => RelayCmd::BEGIN_DIR,
+            RelayMsg::Xon(_) => RelayCmd::XON,
+            RelayMsg::Xoff => RelayCmd::XOFF,
             RelayMsg::Unknown(c, _) => *c,
         }
     }
@@ -787,6 +839,8 @@ impl<'a> RelayMsg<'a> {
                 v
             }
             RelayMsg::Resolved(a) => encode_resolved(a),
+            RelayMsg::Xon(x) => x.encode(),
+            RelayMsg::Xoff => encode_xoff(),
             RelayMsg::Unknown(_, d) => d.to_vec(),
         })
     }
@@ -865,6 +919,27 @@ mod tests {
             ResolvedAnswer::Ip("::2".parse().unwrap(), 60),
         ]));
         roundtrip(RelayMsg::Truncated(8));
+        roundtrip(RelayMsg::Xon(Xon { kbps_ewma: 0 }));
+        roundtrip(RelayMsg::Xon(Xon {
+            kbps_ewma: 0xDEAD_BEEF,
+        }));
+        roundtrip(RelayMsg::Xoff);
+    }
+
+    #[test]
+    fn xon_xoff_wire_format() {
+        // trunnel: xoff_cell { u8 version IN [0] }, xon_cell { u8 version
+        // IN [0]; u32 kbps_ewma }.
+        assert_eq!(encode_xoff(), vec![0]);
+        assert_eq!(Xon { kbps_ewma: 258 }.encode(), vec![0, 0, 0, 1, 2]);
+        assert_eq!(Xon::parse(&[0, 0, 0, 1, 2]).unwrap().kbps_ewma, 258);
+        assert!(Xon::parse(&[1, 0, 0, 0, 0]).is_err());
+        assert!(Xon::parse(&[0, 0, 0]).is_err());
+        assert!(Xon::parse(&[]).is_err());
+        assert!(parse_xoff(&[1]).is_err());
+        assert!(parse_xoff(&[]).is_err());
+        // Trailing bytes are tolerated, as trunnel does.
+        assert!(parse_xoff(&[0, 9]).is_ok());
     }
 
     #[test]
@@ -897,6 +972,8 @@ mod tests {
             let _ = Begin::parse(&body[..]);
             let _ = Connected::parse(&body[..]);
             let _ = Sendme::parse(&body[..]);
+            let _ = Xon::parse(&body[..]);
+            let _ = parse_xoff(&body[..]);
         }
     }
 }

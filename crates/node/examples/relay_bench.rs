@@ -135,6 +135,8 @@ fn start_relay(bin: &str, dir: &std::path::Path, threads: usize) -> (Proc, HopTa
         or_addr: addr,
         ntor_key: keys.ntor_keys()[0].public(),
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     };
     (Proc(child), hop)
 }

@@ -102,6 +102,8 @@ async fn fake_relay(how: Misbehave) -> (SocketAddr, HopTarget) {
         or_addr: addr,
         ntor_key: target_ids.2,
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     };
     (addr, target)
 }
@@ -143,6 +145,8 @@ async fn broken_responders_fail_cleanly() {
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     };
     mgr.get(&good).await.expect("good relay after broken ones");
 }

@@ -37,6 +37,8 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     };
     (ctx, target)
 }
@@ -223,6 +225,8 @@ fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         or_addr: format!("127.0.0.1:{or_port}").parse().ok()?,
         ntor_key: ntor.get(64..96)?.try_into().ok()?,
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     })
 }
 
@@ -342,6 +346,8 @@ async fn per_peer_circuit_limit_spares_other_clients() {
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     };
     let target = start_target().await;
 

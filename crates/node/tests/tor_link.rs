@@ -28,6 +28,8 @@ fn read_relay_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         or_addr: format!("127.0.0.1:{or_port}").parse().ok()?,
         ntor_key,
         ntor_v3: false,
+        flowctrl_cc: false,
+        params: None,
     })
 }
 

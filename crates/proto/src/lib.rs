@@ -4,12 +4,15 @@
 //! cells and a `now` value in, and get cells and events out. The async
 //! drivers in `onionmix-node` move bytes; this crate decides what they mean.
 
+pub mod cc;
 pub mod channel;
 pub mod client_circ;
 pub mod exitpolicy;
 pub mod flow;
+pub mod halfclosed;
 pub mod layer;
 pub mod relay_circ;
+pub mod xonxoff;
 
 pub use client_circ::{CircError, CircEvent, ClientCircuit};
 pub use layer::{ClientLayer, RelayLayer};

@@ -12,7 +12,7 @@ use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake};
 
 use super::circuit::HopTarget;
 use crate::glue;
-use crate::reactor::{ChannelHandle, spawn_client_reactor};
+use crate::reactor::{ChannelHandle, ClientFlowStats, spawn_client_reactor};
 
 /// Most channels a client keeps open at once.
 pub const MAX_CHANNELS: usize = 256;
@@ -40,6 +40,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<ChannelHandle>>>;
 pub struct ChanMgr {
     transport: TlsTransport,
     slots: Arc<Mutex<HashMap<[u8; 20], Slot>>>,
+    stats: Arc<ClientFlowStats>,
 }
 
 impl std::fmt::Debug for ChanMgr {
@@ -54,7 +55,13 @@ impl ChanMgr {
         ChanMgr {
             transport,
             slots: Arc::new(Mutex::new(HashMap::new())),
+            stats: Arc::default(),
         }
+    }
+
+    /// Congestion- and flow-control counters of every channel's circuits.
+    pub fn flow_stats(&self) -> &ClientFlowStats {
+        &self.stats
     }
 
     /// A channel to `target`, opening one if needed.
@@ -115,6 +122,7 @@ impl ChanMgr {
             est.codec,
             est.peer.rsa_id,
             Some(est.peer.ed_id),
+            self.stats.clone(),
         ))
     }
 }

@@ -33,6 +33,8 @@ pub struct Client {
     pub circmgr: CircMgr,
     /// Where SOCKS listens.
     pub socks_addr: SocketAddr,
+    /// Congestion- and flow-control counters of all circuits.
+    pub flow: Arc<ChanMgr>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -43,6 +45,19 @@ impl std::fmt::Debug for Client {
             .field("socks_addr", &self.socks_addr)
             .finish()
     }
+}
+
+fn flow_json(f: &crate::reactor::ClientFlowStats) -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    serde_json::json!({
+        "cc_circuits": f.cc_circuits.load(Relaxed),
+        "xoff_sent": f.xoff_sent.load(Relaxed),
+        "xon_sent": f.xon_sent.load(Relaxed),
+        "xoff_received": f.xoff_received.load(Relaxed),
+        "xon_received": f.xon_received.load(Relaxed),
+        "half_closed_cells": f.half_closed_cells.load(Relaxed),
+        "invalid_cells": f.invalid_cells.load(Relaxed),
+    })
 }
 
 /// Client start-up failures.
@@ -61,6 +76,7 @@ impl Client {
         let dir = Arc::new(DirMgr::new(cfg.clone()).map_err(ClientError::Setup)?);
         let transport = TlsTransport::client().map_err(|e| ClientError::Setup(e.to_string()))?;
         let chanmgr = ChanMgr::new(transport);
+        let flow = Arc::new(chanmgr.clone());
         let (d1, d2, d3) = (dir.clone(), dir.clone(), dir.clone());
         let circmgr = CircMgr::new(
             CircMgrConfig {
@@ -94,6 +110,7 @@ impl Client {
             dir,
             circmgr,
             socks_addr,
+            flow,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -131,6 +148,7 @@ impl Client {
             "circuits_open": self.circmgr.open_circuits(),
             "open_circuit_paths": self.circmgr.open_circuit_paths(),
             "recent_build_times_ms": recent,
+            "flow_control": flow_json(self.flow.flow_stats()),
         })
     }
 

@@ -1,5 +1,8 @@
 //! Application streams on a circuit: open, then pump bytes between a local
-//! socket and the channel reactor with credit-based flow control.
+//! socket and the channel reactor: data goes out through the stream's
+//! [`StreamGate`] and its circuit's queue slots, and every write to the
+//! application is reported back (stream SENDMEs, or XON/XOFF with
+//! congestion control, follow from it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +13,10 @@ use tokio::sync::{Semaphore, mpsc};
 
 use onionmix_cell::RELAY_DATA_LEN;
 use onionmix_cell::relay::end_reason;
-use onionmix_proto::flow::STREAM_WINDOW_INC;
 
+use crate::gate::StreamGate;
 use crate::reactor::{
     ChanCommand, ChannelHandle, ReactorError, STREAM_EVENT_QUEUE, StreamEvent, StreamRequest,
-    stream_credits,
 };
 
 /// A stream that has been opened (BEGIN/BEGIN_DIR sent and CONNECTED
@@ -25,7 +27,7 @@ pub struct Stream {
     circ_id: u32,
     id: u16,
     events: mpsc::Receiver<StreamEvent>,
-    credits: Arc<Semaphore>,
+    gate: Arc<StreamGate>,
     circ_credits: Arc<Semaphore>,
     ended: bool,
 }
@@ -71,14 +73,11 @@ pub async fn open(
     timeout: Duration,
 ) -> Result<(Stream, StreamEvent), StreamError> {
     let (tx, rx) = mpsc::channel(STREAM_EVENT_QUEUE);
-    let credits = stream_credits();
-    let cr = credits.clone();
-    let id = chan
+    let (id, gate) = chan
         .request(|reply| ChanCommand::OpenStream {
             circ_id,
             req,
             events: tx,
-            credits: cr,
             reply,
         })
         .await?;
@@ -87,7 +86,7 @@ pub async fn open(
         circ_id,
         id,
         events: rx,
-        credits,
+        gate,
         circ_credits,
         ended: false,
     };
@@ -127,7 +126,7 @@ impl Stream {
 
     async fn send_cell(&self, chunk: Bytes) -> Result<(), StreamError> {
         let closed = || StreamError::Reactor(ReactorError::CircuitDestroyed(0));
-        self.credits.acquire().await.map_err(|_| closed())?.forget();
+        self.gate.acquire(chunk.len()).await.map_err(|_| closed())?;
         self.circ_credits
             .acquire()
             .await
@@ -148,13 +147,16 @@ impl Stream {
         self.events.recv().await
     }
 
-    /// Tell the reactor the application consumed a window increment.
-    pub async fn drained(&self) {
+    /// Tell the reactor the application consumed `cells` cells (`bytes`
+    /// bytes) of this stream.
+    pub async fn drained(&self, cells: u32, bytes: usize) {
         let _ = self
             .chan
             .send(ChanCommand::Drained {
                 circ_id: self.circ_id,
                 stream: self.id,
+                cells,
+                bytes,
             })
             .await;
     }
@@ -167,7 +169,6 @@ impl Stream {
         timeout: Duration,
     ) -> Result<Vec<u8>, StreamError> {
         let mut out = Vec::new();
-        let mut cells = 0u16;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let ev = tokio::time::timeout_at(deadline, self.events.recv())
@@ -179,11 +180,7 @@ impl Stream {
                     if out.len() > limit {
                         return Err(StreamError::Unexpected);
                     }
-                    cells += 1;
-                    if cells == STREAM_WINDOW_INC {
-                        cells = 0;
-                        self.drained().await;
-                    }
+                    self.drained(1, d.len()).await;
                 }
                 Some(StreamEvent::End(_)) | None => {
                     self.ended = true;
@@ -205,7 +202,6 @@ impl Stream {
         let mut down = 0u64;
         let mut buf = vec![0u8; RELAY_DATA_LEN * 16];
         let mut out: Vec<u8> = Vec::with_capacity(64 * 1024 + RELAY_DATA_LEN);
-        let mut cells = 0u16;
         let mut reason = end_reason::DONE;
         let mut app_open = true;
         loop {
@@ -229,7 +225,7 @@ impl Stream {
                             // Coalesce whatever else already arrived into one write.
                             out.clear();
                             out.extend_from_slice(&d);
-                            let mut n_cells = 1u16;
+                            let mut n_cells = 1u32;
                             let mut ended = false;
                             while out.len() < 64 * 1024 {
                                 match self.events.try_recv() {
@@ -250,13 +246,7 @@ impl Stream {
                                 reason = end_reason::CONNRESET;
                                 break;
                             }
-                            for _ in 0..n_cells {
-                                cells += 1;
-                                if cells == STREAM_WINDOW_INC {
-                                    cells = 0;
-                                    self.drained().await;
-                                }
-                            }
+                            self.drained(n_cells, out.len()).await;
                             if ended {
                                 self.ended = true;
                                 break;

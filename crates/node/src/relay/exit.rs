@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
 use onionmix_cell::RELAY_DATA_LEN;
@@ -17,13 +17,19 @@ use onionmix_cell::relay::{
     Begin, Connected, End, RelayCmd, ResolvedAnswer, TargetHost, begin_flags, encode_resolved,
     end_reason,
 };
-use onionmix_proto::flow::STREAM_WINDOW_INC;
+use onionmix_proto::flow::STREAM_WINDOW_START;
+use onionmix_proto::xonxoff::STREAM_BUFFER_EXTRA_CELLS;
 
 use super::RelayCtx;
-use super::reactor::{RCmd, RelayChanHandle, SharedCirc, originate_backward};
+use super::reactor::{
+    DataSend, RCmd, RelayChanHandle, SharedCirc, originate_backward, try_originate_data,
+};
+use crate::gate::StreamGate;
 
-/// Queue depth for client->target data (above the stream window of 500).
-pub const STREAM_QUEUE: usize = 520;
+/// Queue depth for client->target data: the stream window of 500, or the
+/// XOFF threshold plus what a client in slow start may have in flight
+/// when our XOFF reaches it; a client that sends more loses the stream.
+pub const STREAM_QUEUE: usize = STREAM_WINDOW_START as usize + STREAM_BUFFER_EXTRA_CELLS + 20;
 /// Time allowed for DNS resolution at the exit.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed for the TCP connect at the exit.
@@ -56,12 +62,12 @@ pub struct ExitStream {
     pub circ_id: u32,
     /// Stream ID.
     pub stream: u16,
-    /// Circuit crypto.
+    /// Circuit crypto and sending state.
     pub shared: SharedCirc,
-    /// Circuit package-window credits.
-    pub circ_credits: Arc<Semaphore>,
-    /// Stream package-window credits.
-    pub credits: Arc<Semaphore>,
+    /// Woken when the circuit's window opens or the circuit closes.
+    pub window_open: Arc<Notify>,
+    /// The stream's send gate (window or XON/XOFF).
+    pub gate: Arc<StreamGate>,
     /// Data from the client.
     pub data: mpsc::Receiver<Bytes>,
 }
@@ -87,18 +93,27 @@ impl ExitStream {
             stream: self.stream,
         });
     }
+    /// Send one DATA cell once the circuit's window allows.
+    async fn send_cell(&self, chunk: &[u8]) -> bool {
+        loop {
+            let opened = self.window_open.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            match try_originate_data(&self.shared, &self.origin, self.circ_id, self.stream, chunk) {
+                DataSend::Sent => return true,
+                DataSend::Closed => return false,
+                DataSend::WindowClosed => opened.await,
+            }
+        }
+    }
+
     async fn send_data(&self, mut data: &[u8]) -> bool {
         while !data.is_empty() {
             let n = data.len().min(RELAY_DATA_LEN);
-            match self.credits.acquire().await {
-                Ok(p) => p.forget(),
-                Err(_) => return false,
+            if self.gate.acquire(n).await.is_err() {
+                return false;
             }
-            match self.circ_credits.acquire().await {
-                Ok(p) => p.forget(),
-                Err(_) => return false,
-            }
-            if !self.send(RelayCmd::DATA, &data[..n]) {
+            if !self.send_cell(&data[..n]).await {
                 return false;
             }
             // Backpressure on the client link.
@@ -223,7 +238,6 @@ async fn connect(mut s: ExitStream, b: Begin) {
 async fn pump(s: &mut ExitStream, sock: TcpStream) {
     let (mut rd, mut wr) = sock.into_split();
     let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
-    let mut cells = 0u16;
     loop {
         tokio::select! {
             r = rd.read(&mut buf) => match r {
@@ -247,7 +261,7 @@ async fn pump(s: &mut ExitStream, sock: TcpStream) {
                 Ok(Some(d)) => {
                     // Coalesce queued cells into one write.
                     let mut out = d.to_vec();
-                    let mut n_cells = 1u16;
+                    let mut n_cells = 1u32;
                     while out.len() < 64 * 1024 {
                         match s.data.try_recv() {
                             Ok(more) => {
@@ -262,13 +276,12 @@ async fn pump(s: &mut ExitStream, sock: TcpStream) {
                         s.end(end_reason::CONNRESET);
                         return;
                     }
-                    for _ in 0..n_cells {
-                        cells += 1;
-                        if cells == STREAM_WINDOW_INC {
-                            cells = 0;
-                            s.origin.send(RCmd::StreamDrained { circ_id: s.circ_id, stream: s.stream });
-                        }
-                    }
+                    s.origin.send(RCmd::StreamDrained {
+                        circ_id: s.circ_id,
+                        stream: s.stream,
+                        cells: n_cells,
+                        bytes: out.len(),
+                    });
                 }
                 // The client ended the stream or the circuit died.
                 Ok(None) => {

@@ -7,6 +7,7 @@ pub mod dns;
 pub mod exit;
 pub mod extend;
 pub mod idle;
+pub mod netparams;
 pub mod oom;
 pub mod publish;
 pub mod reactor;
@@ -27,6 +28,7 @@ use onionmix_crypto::NtorSecretKey;
 use onionmix_crypto::keys::RelayKeys;
 use onionmix_crypto::x509::TlsIdentity;
 use onionmix_link::{TlsTransport, spawn_channel_io};
+use onionmix_proto::cc::CcParams;
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandshake};
 use onionmix_proto::exitpolicy::ExitPolicy;
 
@@ -68,6 +70,16 @@ pub struct RelayStats {
     pub exit_bytes_down: AtomicU64,
     /// Bytes from clients to targets.
     pub exit_bytes_up: AtomicU64,
+    /// Circuits on which a client negotiated congestion control with us.
+    pub cc_circuits: AtomicU64,
+    /// XOFFs sent (our buffer towards a target filled).
+    pub xoff_sent: AtomicU64,
+    /// XONs sent.
+    pub xon_sent: AtomicU64,
+    /// XOFFs received from clients.
+    pub xoff_received: AtomicU64,
+    /// XONs received from clients.
+    pub xon_received: AtomicU64,
 }
 
 /// Everything the relay's tasks share.
@@ -102,6 +114,8 @@ pub struct RelayCtx {
     pub known: KnownAddrs,
     /// Every channel's outbound queue (the memory-pressure handler's view).
     pub queues: Arc<oom::QueueRegistry>,
+    /// Consensus parameters (congestion and flow control, SENDMEs).
+    cc_params: RwLock<Arc<CcParams>>,
 }
 
 impl RelayCtx {
@@ -112,6 +126,17 @@ impl RelayCtx {
     /// Replace the ntor keys (rotation).
     pub fn set_ntor_keys(&self, k: Vec<NtorSecretKey>) {
         *self.ntor.write().unwrap_or_else(|e| e.into_inner()) = k;
+    }
+    /// The current consensus parameters.
+    pub fn cc_params(&self) -> Arc<CcParams> {
+        self.cc_params
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// Replace the consensus parameters (a new consensus).
+    pub fn set_cc_params(&self, p: CcParams) {
+        *self.cc_params.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
     }
     pub(crate) fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -207,6 +232,7 @@ pub fn make_ctx(
         admission,
         known,
         queues: Arc::default(),
+        cc_params: RwLock::default(),
     }))
 }
 
@@ -476,6 +502,7 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
         hex::encode_upper(ctx.rsa_id)
     );
     tokio::spawn(publish::publish_loop(ctx.clone()));
+    tokio::spawn(netparams::netparams_loop(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
     let load = ctx.clone();
     tokio::spawn(crate::memory::trim_loop(move || {

@@ -14,14 +14,15 @@ use onionmix_netdoc::routerdesc::{self, DescriptorParams};
 
 use super::RelayCtx;
 
-/// Subprotocols this relay implements, apart from `DirCache`.
+/// Subprotocols this relay implements, apart from `DirCache`. FlowCtrl=2:
+/// congestion control (proposal 324) as an exit.
 pub const PROTOCOLS: &str =
-    "Cons=1-2 Desc=1-2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+    "Cons=1-2 Desc=1-2 FlowCtrl=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 /// The same with `DirCache=2`: what a relay that answers `BEGIN_DIR`
 /// says (clients, Arti's among them, take only directory caches with
 /// `DirCache=2` as guards).
 pub const PROTOCOLS_WITH_DIR_CACHE: &str =
-    "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+    "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1-2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 
 /// What the descriptor's `proto` line says, true to what this relay
 /// serves.
