@@ -48,10 +48,10 @@ impl RelayCmd {
     pub const EXTEND2: RelayCmd = RelayCmd(14);
     /// EXTENDED2.
     pub const EXTENDED2: RelayCmd = RelayCmd(15);
-    /// XON (prop 324).
-    pub const XON: RelayCmd = RelayCmd(43);
-    /// XOFF (prop 324).
-    pub const XOFF: RelayCmd = RelayCmd(44);
+    /// XOFF (prop 324; tor's `RELAY_COMMAND_XOFF` is 43).
+    pub const XOFF: RelayCmd = RelayCmd(43);
+    /// XON (prop 324; `RELAY_COMMAND_XON` is 44).
+    pub const XON: RelayCmd = RelayCmd(44);
 
     /// Name for logs.
     pub fn name(self) -> &'static str {
@@ -71,8 +71,8 @@ impl RelayCmd {
             13 => "BEGIN_DIR",
             14 => "EXTEND2",
             15 => "EXTENDED2",
-            43 => "XON",
-            44 => "XOFF",
+            43 => "XOFF",
+            44 => "XON",
             _ => "UNKNOWN",
         }
     }
@@ -940,6 +940,16 @@ mod tests {
         assert!(parse_xoff(&[]).is_err());
         // Trailing bytes are tolerated, as trunnel does.
         assert!(parse_xoff(&[0, 9]).is_ok());
+    }
+
+    #[test]
+    fn xon_and_xoff_command_numbers_are_tors() {
+        // or.h: RELAY_COMMAND_XOFF 43, RELAY_COMMAND_XON 44.
+        assert_eq!(RelayCmd::XOFF.0, 43);
+        assert_eq!(RelayCmd::XON.0, 44);
+        let mut body = [0u8; PAYLOAD_LEN];
+        write(&mut body, RelayCmd(43), 9, &[0], |p| p.fill(0)).unwrap();
+        assert_eq!(RelayMsg::decode(&body).unwrap().1, RelayMsg::Xoff);
     }
 
     #[test]

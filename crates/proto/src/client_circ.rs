@@ -135,6 +135,9 @@ pub struct CircStats {
     /// Cells for unknown streams, or for half-closed ones beyond what
     /// they could carry (tor's "dropped cells").
     pub invalid_cells: u64,
+    /// XON/XOFF earlier than the data we sent explains (proposal 324
+    /// §4.1.4): obeyed, and counted, as tor does.
+    pub early_xon_xoff: u64,
 }
 
 /// Something the driver must act on.
@@ -611,20 +614,25 @@ impl ClientCircuit {
                     self.note_half(v);
                     return Ok(());
                 };
-                match msg {
+                let valid = match msg {
                     RelayMsg::Xon(x) => {
-                        s.tx.on_xon(x.kbps_ewma)?;
+                        let v = s.tx.on_xon(x.kbps_ewma)?;
                         self.stats.xon_received += 1;
                         events.push(CircEvent::Xon {
                             stream: sid,
                             kbps: x.kbps_ewma,
                         });
+                        v
                     }
                     _ => {
-                        s.tx.on_xoff()?;
+                        let v = s.tx.on_xoff()?;
                         self.stats.xoff_received += 1;
                         events.push(CircEvent::Xoff { stream: sid });
+                        v
                     }
+                };
+                if !valid {
+                    self.stats.early_xon_xoff += 1;
                 }
             }
             RelayMsg::Connected(c) => {

@@ -37,10 +37,6 @@ pub enum FlowError {
     /// wrong hop.
     #[error("XON/XOFF where flow control does not use them")]
     UnexpectedXonXoff,
-    /// XON/XOFF earlier or more often than the data we sent allows
-    /// (proposal 324 §4.1.4, dropmark defence).
-    #[error("XON/XOFF before enough data was sent")]
-    XonXoffTooEarly,
     /// More data buffered for a stream than flow control can explain.
     #[error("stream buffer over its hard limit")]
     StreamBufferOverflow,

@@ -174,7 +174,12 @@ impl FlowRx {
             }
         }
         self.drained_bytes += written;
-        if self.drain_start.is_none() && buffered > 0 {
+        // tor starts the drain timer as soon as data waits; we start it at
+        // the first write while data waits, so that an application that
+        // stopped reading for a while is not measured as draining slowly
+        // (that stall would go into the rate an XON advertises, and pace
+        // the sender to it long after the application caught up).
+        if self.drain_start.is_none() && buffered > 0 && written > 0 {
             self.drain_start = Some(now);
             self.drained_bytes = 0;
         }
@@ -216,7 +221,7 @@ impl FlowRx {
 }
 
 /// The sending side of a congestion-controlled stream: XOFF/XON state,
-/// the advised rate, and (at clients) the dropmark checks of §4.1.4.
+/// the advised rate, and (at clients) the dropmark accounting of §4.1.4.
 #[derive(Debug, Clone)]
 pub struct FlowTx {
     xoff: bool,
@@ -230,7 +235,7 @@ pub struct FlowTx {
 
 impl FlowTx {
     /// A client's (`check`: XON/XOFF earlier than the exit could have sent
-    /// them are refused) or an exit's sending side.
+    /// them are reported) or an exit's sending side.
     pub fn new(p: &CcParams, check: bool) -> Self {
         let xoff = p.xoff_exit_bytes() as u64;
         let xon = xoff.min(p.xon_rate_bytes() as u64);
@@ -268,43 +273,40 @@ impl FlowTx {
         self.total_bytes_xmit += len;
     }
 
-    /// An XOFF arrived.
-    pub fn on_xoff(&mut self) -> Result<(), FlowError> {
+    /// An XOFF arrived. `Ok(false)`: it came earlier (or more often)
+    /// than the data we sent could explain, a possible dropmark signal
+    /// (§4.1.4); like tor, the caller counts it and carries on (stock tor
+    /// 0.4.9 sends XONs no check of this kind would pass).
+    pub fn on_xoff(&mut self) -> Result<bool, FlowError> {
         if self.xoff {
-            // A second XOFF without an XON between: tor ignores it (and
-            // counts it as invalid); a checking client refuses it.
-            return match self.limits {
-                Some(_) => Err(FlowError::XonXoffTooEarly),
-                None => Ok(()),
-            };
+            // A second XOFF without an XON between: tor ignores it and
+            // counts it as invalid.
+            return Ok(self.limits.is_none());
         }
         if self.num_xoff_recv == COUNT_SCALE_AT {
             self.scale();
         }
         self.num_xoff_recv += 1;
         self.xoff = true;
-        match self.limits {
-            Some((limit, _)) if self.total_bytes_xmit < limit * u64::from(self.num_xoff_recv) => {
-                Err(FlowError::XonXoffTooEarly)
-            }
-            _ => Ok(()),
-        }
+        Ok(match self.limits {
+            Some((limit, _)) => self.total_bytes_xmit >= limit * u64::from(self.num_xoff_recv),
+            None => true,
+        })
     }
 
-    /// An XON with the advised rate arrived.
-    pub fn on_xon(&mut self, kbps: u32) -> Result<(), FlowError> {
+    /// An XON with the advised rate arrived; `Ok(false)` as for
+    /// [`Self::on_xoff`].
+    pub fn on_xon(&mut self, kbps: u32) -> Result<bool, FlowError> {
         if self.num_xon_recv == COUNT_SCALE_AT {
             self.scale();
         }
         self.num_xon_recv += 1;
         self.xoff = false;
         self.rate_kbps = kbps;
-        match self.limits {
-            Some((_, limit)) if self.total_bytes_xmit < limit * u64::from(self.num_xon_recv) => {
-                Err(FlowError::XonXoffTooEarly)
-            }
-            _ => Ok(()),
-        }
+        Ok(match self.limits {
+            Some((_, limit)) => self.total_bytes_xmit >= limit * u64::from(self.num_xon_recv),
+            None => true,
+        })
     }
 }
 
@@ -408,15 +410,15 @@ impl StreamTx {
             StreamTx::Flow(_) => Err(FlowError::StreamSendmeWithCc),
         }
     }
-    /// XOFF arrived.
-    pub fn on_xoff(&mut self) -> Result<(), FlowError> {
+    /// XOFF arrived (`Ok(false)`: earlier than the data sent explains).
+    pub fn on_xoff(&mut self) -> Result<bool, FlowError> {
         match self {
             StreamTx::Window(_) => Err(FlowError::UnexpectedXonXoff),
             StreamTx::Flow(f) => f.on_xoff(),
         }
     }
-    /// XON arrived.
-    pub fn on_xon(&mut self, kbps: u32) -> Result<(), FlowError> {
+    /// XON arrived (`Ok(false)` as for XOFF).
+    pub fn on_xon(&mut self, kbps: u32) -> Result<bool, FlowError> {
         match self {
             StreamTx::Window(_) => Err(FlowError::UnexpectedXonXoff),
             StreamTx::Flow(f) => f.on_xon(kbps),

@@ -255,13 +255,14 @@ fn stream_sendmes_are_refused_with_cc_and_checked_without() {
 #[test]
 fn xon_xoff_rules_at_the_client() {
     // XOFF before the exit could have buffered cc_xoff_exit bytes: a
-    // dropmark-style signal, refused.
+    // dropmark-style signal, obeyed but counted (as tor does).
     let mut p = Pair::new(Some(31));
     let sid = p.open();
-    let err = p
+    let ev = p
         .recv_from_exit(RelayCmd::XOFF, sid, &encode_xoff())
-        .unwrap_err();
-    assert_eq!(err, CircError::Flow(FlowError::XonXoffTooEarly));
+        .unwrap();
+    assert_eq!(ev, vec![CircEvent::Xoff { stream: sid }]);
+    assert_eq!(p.client.stats().early_xon_xoff, 1);
     // After 500 cells it is fine, and XON carries the rate.
     let mut p = Pair::new(Some(31));
     let sid = p.open();
@@ -282,6 +283,7 @@ fn xon_xoff_rules_at_the_client() {
     );
     let st = p.client.stats();
     assert_eq!((st.xoff_received, st.xon_received), (1, 1));
+    assert_eq!(st.early_xon_xoff, 0);
     // Bad versions are protocol violations.
     assert!(
         p.recv_from_exit(RelayCmd::XON, sid, &[1, 0, 0, 0, 0])

@@ -57,6 +57,7 @@ fn flow_json(f: &crate::reactor::ClientFlowStats) -> serde_json::Value {
         "xon_received": f.xon_received.load(Relaxed),
         "half_closed_cells": f.half_closed_cells.load(Relaxed),
         "invalid_cells": f.invalid_cells.load(Relaxed),
+        "early_xon_xoff": f.early_xon_xoff.load(Relaxed),
     })
 }
 

@@ -233,4 +233,6 @@ pub struct ClientFlowStats {
     pub half_closed_cells: AtomicU64,
     /// Cells for unknown streams or beyond a half-closed stream's limits.
     pub invalid_cells: AtomicU64,
+    /// XON/XOFF earlier than the data sent explains (obeyed, counted).
+    pub early_xon_xoff: AtomicU64,
 }

@@ -536,6 +536,10 @@ impl Reactor {
                 {
                     // The application is gone (or the exit ignored flow
                     // control and the bounded queue is full).
+                    debug!(
+                        "ending a stream whose application is gone or whose queue is full ({} bytes)",
+                        s.buffered
+                    );
                     if let Some(s) = e.streams.remove(&stream) {
                         s.gate.close();
                     }
@@ -548,6 +552,7 @@ impl Reactor {
                 s.buffered = s.buffered.saturating_add(len);
                 let buffered = s.buffered;
                 if let Ok(Some(cell)) = e.circ.stream_buffered(stream, buffered, Instant::now()) {
+                    debug!("flow control for a stream with {buffered} bytes buffered");
                     self.out_cells.push(cell);
                     self.send_out_cells(circ_id);
                 }
@@ -582,11 +587,13 @@ impl Reactor {
                 }
             }
             CircEvent::Xoff { stream } => {
+                debug!("XOFF from the exit");
                 if let Some(s) = e.streams.get(&stream) {
                     s.gate.on_xoff();
                 }
             }
             CircEvent::Xon { stream, kbps } => {
+                debug!("XON from the exit ({kbps} kB/s)");
                 if let Some(s) = e.streams.get(&stream) {
                     s.gate.on_xon(kbps);
                 }
@@ -618,6 +625,11 @@ fn report_stats(stats: &ClientFlowStats, e: &mut CircEntry) {
         was.half_closed_valid,
     );
     add(&stats.invalid_cells, now.invalid_cells, was.invalid_cells);
+    add(
+        &stats.early_xon_xoff,
+        now.early_xon_xoff,
+        was.early_xon_xoff,
+    );
 }
 
 /// Fresh queue slots for a circuit.

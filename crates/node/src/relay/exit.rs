@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -235,65 +235,96 @@ async fn connect(mut s: ExitStream, b: Begin) {
     pump(&mut s, sock).await;
 }
 
+/// Move data both ways between the target and the circuit until either
+/// side ends. The directions run concurrently: waiting for the circuit's
+/// window towards the client never stops writing the client's data to
+/// the target (which would make our buffer look undrained, send XOFF and
+/// advertise a wrong drain rate with congestion control).
 async fn pump(s: &mut ExitStream, sock: TcpStream) {
     let (mut rd, mut wr) = sock.into_split();
-    let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
-    loop {
-        tokio::select! {
-            r = rd.read(&mut buf) => match r {
+    let mut data = std::mem::replace(&mut s.data, mpsc::channel(1).1);
+    let t0 = tokio::time::Instant::now();
+    let ms = move || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let last_down = AtomicU64::new(0);
+    let s: &ExitStream = s;
+    // Target -> client.
+    let downward = async {
+        let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
+        loop {
+            match rd.read(&mut buf).await {
                 Ok(0) => {
                     // Target closed: tell the client (tor sends END DONE).
                     s.end(end_reason::DONE);
                     return;
                 }
                 Ok(n) => {
-                    s.ctx.stats.exit_bytes_down.fetch_add(n as u64, Ordering::Relaxed);
+                    last_down.store(ms(), Ordering::Relaxed);
+                    s.ctx
+                        .stats
+                        .exit_bytes_down
+                        .fetch_add(n as u64, Ordering::Relaxed);
                     if !s.send_data(&buf[..n]).await {
                         return;
                     }
+                    last_down.store(ms(), Ordering::Relaxed);
                 }
                 Err(_) => {
                     s.end(end_reason::CONNRESET);
                     return;
                 }
-            },
-            d = tokio::time::timeout(STREAM_IDLE, s.data.recv()) => match d {
-                Ok(Some(d)) => {
-                    // Coalesce queued cells into one write.
-                    let mut out = d.to_vec();
-                    let mut n_cells = 1u32;
-                    while out.len() < 64 * 1024 {
-                        match s.data.try_recv() {
-                            Ok(more) => {
-                                out.extend_from_slice(&more);
-                                n_cells += 1;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    s.ctx.stats.exit_bytes_up.fetch_add(out.len() as u64, Ordering::Relaxed);
-                    if wr.write_all(&out).await.is_err() {
-                        s.end(end_reason::CONNRESET);
-                        return;
-                    }
-                    s.origin.send(RCmd::StreamDrained {
-                        circ_id: s.circ_id,
-                        stream: s.stream,
-                        cells: n_cells,
-                        bytes: out.len(),
-                    });
-                }
+            }
+        }
+    };
+    // Client -> target.
+    let upward = async {
+        loop {
+            let d = match tokio::time::timeout(STREAM_IDLE, data.recv()).await {
+                Ok(Some(d)) => d,
                 // The client ended the stream or the circuit died.
                 Ok(None) => {
                     let _ = wr.shutdown().await;
                     return;
                 }
                 Err(_) => {
+                    let quiet = ms().saturating_sub(last_down.load(Ordering::Relaxed));
+                    if u128::from(quiet) < STREAM_IDLE.as_millis() {
+                        continue;
+                    }
                     s.end(end_reason::TIMEOUT);
                     return;
                 }
-            },
+            };
+            // Coalesce queued cells into one write.
+            let mut out = d.to_vec();
+            let mut n_cells = 1u32;
+            while out.len() < 64 * 1024 {
+                match data.try_recv() {
+                    Ok(more) => {
+                        out.extend_from_slice(&more);
+                        n_cells += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            s.ctx
+                .stats
+                .exit_bytes_up
+                .fetch_add(out.len() as u64, Ordering::Relaxed);
+            if wr.write_all(&out).await.is_err() {
+                s.end(end_reason::CONNRESET);
+                return;
+            }
+            s.origin.send(RCmd::StreamDrained {
+                circ_id: s.circ_id,
+                stream: s.stream,
+                cells: n_cells,
+                bytes: out.len(),
+            });
         }
+    };
+    tokio::select! {
+        () = downward => {}
+        () = upward => {}
     }
 }
 

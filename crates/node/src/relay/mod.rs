@@ -444,6 +444,47 @@ pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
     }
 }
 
+/// The relay's counters as JSON (also written to `<data_dir>/status.json`
+/// about every second by a running relay).
+pub fn status(ctx: &RelayCtx) -> serde_json::Value {
+    let s = &ctx.stats;
+    let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let cc = ctx.cc_params();
+    serde_json::json!({
+        "channels": s.channels.load(Ordering::Relaxed),
+        "circuits": s.circuits.load(Ordering::Relaxed),
+        "circuits_created": n(&s.circuits_created),
+        "streams": n(&s.streams),
+        "cells_forwarded": n(&s.cells_forwarded),
+        "exit_bytes_down": n(&s.exit_bytes_down),
+        "exit_bytes_up": n(&s.exit_bytes_up),
+        "congestion_control": {
+            "enabled": cc.enabled(),
+            "sendme_inc": cc.sendme_inc,
+            "cc_circuits": n(&s.cc_circuits),
+            "xoff_sent": n(&s.xoff_sent),
+            "xon_sent": n(&s.xon_sent),
+            "xoff_received": n(&s.xoff_received),
+            "xon_received": n(&s.xon_received),
+        },
+    })
+}
+
+async fn write_status_forever(ctx: Arc<RelayCtx>) {
+    let path = ctx.cfg.data_dir.join("status.json");
+    let mut last = String::new();
+    loop {
+        let text = status(&ctx).to_string();
+        if text != last {
+            if onionmix_fsutil::write_atomic(&path, &text).is_err() {
+                debug!("cannot write {}", path.display());
+            }
+            last = text;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Load the relay's keys from `<data_dir>/keys`, generating them on first
 /// start.
 pub fn load_or_generate_keys(data_dir: &std::path::Path) -> Result<RelayKeys, String> {
@@ -503,6 +544,7 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
     );
     tokio::spawn(publish::publish_loop(ctx.clone()));
     tokio::spawn(netparams::netparams_loop(ctx.clone()));
+    tokio::spawn(write_status_forever(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
     let load = ctx.clone();
     tokio::spawn(crate::memory::trim_loop(move || {

@@ -84,34 +84,35 @@ fn advisory_xon_when_the_rate_changes() {
 }
 
 #[test]
-fn client_refuses_xoff_before_enough_data_was_sent() {
+fn client_flags_xoff_and_xon_before_enough_data_was_sent() {
     let p = params();
     let mut tx = FlowTx::new(&p, true);
     tx.on_sent(1000);
-    assert_eq!(tx.on_xoff(), Err(FlowError::XonXoffTooEarly));
+    assert_eq!(tx.on_xoff(), Ok(false));
+    assert!(tx.xoff(), "flagged, but obeyed (as tor does)");
     let mut tx = FlowTx::new(&p, true);
     for _ in 0..500 {
         tx.on_sent(498);
     }
-    assert_eq!(tx.on_xoff(), Ok(()));
+    assert_eq!(tx.on_xoff(), Ok(true));
     assert!(tx.xoff());
     // A second XOFF without XON.
-    assert_eq!(tx.on_xoff(), Err(FlowError::XonXoffTooEarly));
+    assert_eq!(tx.on_xoff(), Ok(false));
     let mut tx = FlowTx::new(&p, true);
     for _ in 0..500 {
         tx.on_sent(498);
     }
     tx.on_xoff().unwrap();
-    tx.on_xon(100).unwrap();
+    assert_eq!(tx.on_xon(100), Ok(true));
     assert!(!tx.xoff());
     assert_eq!(tx.rate_kbps(), 100);
     // More XONs than the data explains.
-    assert_eq!(tx.on_xon(100), Err(FlowError::XonXoffTooEarly));
+    assert_eq!(tx.on_xon(100), Ok(false));
     // An exit does not check.
     let mut tx = FlowTx::new(&p, false);
-    assert_eq!(tx.on_xoff(), Ok(()));
-    assert_eq!(tx.on_xoff(), Ok(()));
-    assert_eq!(tx.on_xon(0), Ok(()));
+    assert_eq!(tx.on_xoff(), Ok(true));
+    assert_eq!(tx.on_xoff(), Ok(true));
+    assert_eq!(tx.on_xon(0), Ok(true));
 }
 
 #[test]
@@ -153,4 +154,37 @@ fn token_bucket_paces_to_the_advised_rate() {
     assert!((25_000..=31_000).contains(&sent), "sent {sent}");
     b.set_rate_kbps(0, t);
     assert_eq!(b.take(1 << 20, t), None);
+}
+
+#[test]
+fn a_stalled_reader_is_not_measured_as_a_slow_one() {
+    let p = params();
+    let t0 = Instant::now();
+    let mut rx = FlowRx::new(&p, true);
+    // The application stops reading: data piles up and we send XOFF.
+    let mut sent_xoff = false;
+    for i in 1..=600usize {
+        let t = t0 + Duration::from_millis(i as u64);
+        if rx.on_buffered(i * 498, t) == Some(StreamFlowMsg::Xoff) {
+            sent_xoff = true;
+        }
+    }
+    assert!(sent_xoff);
+    // Three seconds later it reads again, 64 KiB a millisecond: the XON
+    // advertises that speed, not the stall.
+    let mut t = t0 + Duration::from_secs(3);
+    let mut left = 600 * 498;
+    let mut xon = None;
+    while left > 0 {
+        t += Duration::from_millis(1);
+        let w = left.min(65_536);
+        left -= w;
+        if let Some(m) = rx.on_drained(w, left, t) {
+            xon = Some(m);
+        }
+    }
+    match xon {
+        Some(StreamFlowMsg::Xon(r)) => assert!(r == 0 || r > 10_000, "advertised {r} kB/s"),
+        other => panic!("expected XON, got {other:?}"),
+    }
 }

@@ -39,7 +39,10 @@ impl Reactor {
         let handled = match o.circ.handle_inbound(early, body) {
             Ok(h) => h,
             Err(e) => {
-                debug!("closing circuit: {e}");
+                debug!(
+                    "closing circuit: {e} (relay header {})",
+                    hex::encode(&body[..11])
+                );
                 self.drop_origin(id, true);
                 return;
             }
@@ -121,7 +124,12 @@ impl Reactor {
             }
             Inbound::Sendme { stream: 0, msg } => {
                 let chan = chan_signal(&self.me.writer, &o.params);
-                let res = lock(&o.shared).sender.on_sendme(&msg, Instant::now(), chan);
+                let res = {
+                    let mut g = lock(&o.shared);
+                    let r = g.sender.on_sendme(&msg, Instant::now(), chan);
+                    trace!(cc = ?g.sender.snapshot(), ?chan, "circuit SENDME");
+                    r
+                };
                 match res {
                     Ok(()) => o.window_open.notify_waiters(),
                     Err(e) => {
@@ -141,12 +149,14 @@ impl Reactor {
                 }
             }
             Inbound::Xoff { stream } => {
+                debug!("XOFF for an exit stream");
                 self.ctx.stats.xoff_received.fetch_add(1, Ordering::Relaxed);
                 if let Some(s) = o.streams.get(&stream) {
                     s.gate.on_xoff();
                 }
             }
             Inbound::Xon { stream, kbps } => {
+                debug!("XON for an exit stream ({kbps} kB/s)");
                 self.ctx.stats.xon_received.fetch_add(1, Ordering::Relaxed);
                 if let Some(s) = o.streams.get(&stream) {
                     s.gate.on_xon(kbps);
