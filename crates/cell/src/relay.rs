@@ -10,6 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use crate::chan::{Create2, Created2};
 use crate::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN, Reader};
 
+mod flow;
+pub use flow::{Sendme, Xon, encode_xoff, parse_xoff};
+
 /// Offset of the Data field in a relay cell body.
 pub const DATA_OFFSET: usize = 11;
 
@@ -48,10 +51,10 @@ impl RelayCmd {
     pub const EXTEND2: RelayCmd = RelayCmd(14);
     /// EXTENDED2.
     pub const EXTENDED2: RelayCmd = RelayCmd(15);
-    /// XON (prop 324).
-    pub const XON: RelayCmd = RelayCmd(43);
-    /// XOFF (prop 324).
-    pub const XOFF: RelayCmd = RelayCmd(44);
+    /// XOFF (prop 324; tor's `RELAY_COMMAND_XOFF` is 43).
+    pub const XOFF: RelayCmd = RelayCmd(43);
+    /// XON (prop 324; `RELAY_COMMAND_XON` is 44).
+    pub const XON: RelayCmd = RelayCmd(44);
 
     /// Name for logs.
     pub fn name(self) -> &'static str {
@@ -80,8 +83,8 @@ impl RelayCmd {
             38 => "INTRO_ESTABLISHED",
             39 => "RENDEZVOUS_ESTABLISHED",
             40 => "INTRODUCE_ACK",
-            43 => "XON",
-            44 => "XOFF",
+            43 => "XOFF",
+            44 => "XON",
             _ => "UNKNOWN",
         }
     }
@@ -431,48 +434,6 @@ impl End {
     }
 }
 
-/// A SENDME message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sendme {
-    /// Version 0 (or an empty stream-level SENDME).
-    Unauthenticated,
-    /// Version 1 with the 20-byte digest tag.
-    Authenticated([u8; 20]),
-}
-
-impl Sendme {
-    /// Encode the body.
-    pub fn encode(&self) -> Vec<u8> {
-        match self {
-            Sendme::Unauthenticated => Vec::new(),
-            Sendme::Authenticated(tag) => {
-                let mut v = vec![1, 0, 20];
-                v.extend_from_slice(tag);
-                v
-            }
-        }
-    }
-    /// Parse a SENDME body.
-    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
-        if d.is_empty() {
-            return Ok(Sendme::Unauthenticated);
-        }
-        let mut r = Reader::new(d);
-        match r.u8("sendme version")? {
-            0 => Ok(Sendme::Unauthenticated),
-            1 => {
-                let len = r.u16("sendme data len")? as usize;
-                if len < 20 {
-                    return Err(CellError::invalid("SENDME", "v1 digest shorter than 20"));
-                }
-                let tag = r.array::<20>("sendme digest")?;
-                Ok(Sendme::Authenticated(tag))
-            }
-            v => Err(CellError::invalid("SENDME", format!("unknown version {v}"))),
-        }
-    }
-}
-
 /// A link specifier (tor-spec §5.1.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkSpec {
@@ -726,6 +687,10 @@ pub enum RelayMsg<'a> {
     Resolved(Vec<ResolvedAnswer>),
     /// BEGIN_DIR.
     BeginDir,
+    /// XON (stream flow control on congestion-controlled circuits).
+    Xon(Xon),
+    /// XOFF.
+    Xoff,
     /// Anything else (ignored, but counted for digests).
     Unknown(RelayCmd, &'a [u8]),
 }
@@ -755,6 +720,11 @@ impl<'a> RelayMsg<'a> {
             }
             RelayCmd::RESOLVED => RelayMsg::Resolved(parse_resolved(d)?),
             RelayCmd::BEGIN_DIR => RelayMsg::BeginDir,
+            RelayCmd::XON => RelayMsg::Xon(Xon::parse(d)?),
+            RelayCmd::XOFF => {
+                parse_xoff(d)?;
+                RelayMsg::Xoff
+            }
             c => RelayMsg::Unknown(c, d),
         };
         Ok((h.stream_id, msg))
@@ -776,6 +746,8 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::Resolve(_) => RelayCmd::RESOLVE,
             RelayMsg::Resolved(_) => RelayCmd::RESOLVED,
             RelayMsg::BeginDir => RelayCmd::BEGIN_DIR,
+            RelayMsg::Xon(_) => RelayCmd::XON,
+            RelayMsg::Xoff => RelayCmd::XOFF,
             RelayMsg::Unknown(c, _) => *c,
         }
     }
@@ -799,6 +771,8 @@ impl<'a> RelayMsg<'a> {
                 v
             }
             RelayMsg::Resolved(a) => encode_resolved(a),
+            RelayMsg::Xon(x) => x.encode(),
+            RelayMsg::Xoff => encode_xoff(),
             RelayMsg::Unknown(_, d) => d.to_vec(),
         })
     }
@@ -814,101 +788,5 @@ impl<'a> RelayMsg<'a> {
         write(body, self.cmd(), stream_id, &data, pad)
     }
 }
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn roundtrip(m: RelayMsg<'_>) {
-        let mut body = [0u8; PAYLOAD_LEN];
-        m.write_cell(7, &mut body, |p| p.fill(0xAB)).unwrap();
-        let (sid, got) = RelayMsg::decode(&body).unwrap();
-        assert_eq!(sid, 7);
-        assert_eq!(got, m);
-        let h = header(&body);
-        assert_eq!(h.recognized, 0);
-        assert_eq!(h.digest, [0; 4]);
-    }
-
-    #[test]
-    fn messages_roundtrip() {
-        roundtrip(RelayMsg::Begin(Begin {
-            host: TargetHost::Hostname("example.com".into()),
-            port: 443,
-            flags: 0,
-        }));
-        roundtrip(RelayMsg::Begin(Begin {
-            host: TargetHost::Ip("::1".parse().unwrap()),
-            port: 80,
-            flags: begin_flags::IPV6_OK,
-        }));
-        roundtrip(RelayMsg::Begin(Begin {
-            host: TargetHost::Ip("127.0.0.1".parse().unwrap()),
-            port: 8080,
-            flags: 0,
-        }));
-        roundtrip(RelayMsg::Data(b"hello world"));
-        roundtrip(RelayMsg::End(End::new(end_reason::DONE)));
-        roundtrip(RelayMsg::End(End {
-            reason: end_reason::EXITPOLICY,
-            addr: Some(("10.0.0.1".parse().unwrap(), 300)),
-        }));
-        roundtrip(RelayMsg::Connected(Connected {
-            addr: Some(("127.0.0.1".parse().unwrap(), 60)),
-        }));
-        roundtrip(RelayMsg::Connected(Connected {
-            addr: Some(("2001:db8::1".parse().unwrap(), 60)),
-        }));
-        roundtrip(RelayMsg::Sendme(Sendme::Authenticated([5; 20])));
-        roundtrip(RelayMsg::Extend2(Extend2 {
-            specs: vec![
-                LinkSpec::Ipv4("127.0.0.1:5000".parse().unwrap()),
-                LinkSpec::LegacyId([1; 20]),
-                LinkSpec::Ed25519Id([2; 32]),
-            ],
-            create: Create2 {
-                htype: 2,
-                hdata: vec![3; 84],
-            },
-        }));
-        roundtrip(RelayMsg::Resolve("example.org".into()));
-        roundtrip(RelayMsg::Resolved(vec![
-            ResolvedAnswer::Ip("1.2.3.4".parse().unwrap(), 60),
-            ResolvedAnswer::Ip("::2".parse().unwrap(), 60),
-        ]));
-        roundtrip(RelayMsg::Truncated(8));
-    }
-
-    #[test]
-    fn padding_starts_with_four_zeros() {
-        let mut body = [0xFFu8; PAYLOAD_LEN];
-        write(&mut body, RelayCmd::DATA, 1, b"abc", |p| p.fill(0x55)).unwrap();
-        assert_eq!(&body[14..18], &[0, 0, 0, 0]);
-        assert!(body[18..].iter().all(|&b| b == 0x55));
-    }
-
-    #[test]
-    fn bad_lengths_rejected() {
-        let mut body = [0u8; PAYLOAD_LEN];
-        body[0] = 2;
-        body[9..11].copy_from_slice(&499u16.to_be_bytes());
-        assert!(RelayMsg::decode(&body).is_err());
-        assert!(Begin::parse(b"example.com:0\0").is_err());
-        assert!(Begin::parse(b"example.com\0").is_err());
-        assert!(Begin::parse(b"bad host!:80\0").is_err());
-        assert!(Begin::parse(b"[zz::1]:80\0").is_err());
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn relay_decode_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, PAYLOAD_LEN..=PAYLOAD_LEN)) {
-            let body: CellBody = data.try_into().unwrap();
-            let _ = RelayMsg::decode(&body);
-            let _ = Extend2::parse(&body[..]);
-            let _ = parse_resolved(&body[..]);
-            let _ = Begin::parse(&body[..]);
-            let _ = Connected::parse(&body[..]);
-            let _ = Sendme::parse(&body[..]);
-        }
-    }
-}
+mod tests;

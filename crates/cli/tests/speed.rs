@@ -63,6 +63,8 @@ async fn start_relay(
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     (ctx, target)
 }
@@ -300,6 +302,8 @@ async fn optimistic_data_is_resent_when_the_stream_is_retried() {
         ntor_key: refuser.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     let good = net.hops.clone();
     let bad = vec![good[0].clone(), good[1].clone(), refuser_hop];
@@ -384,6 +388,8 @@ async fn hung_hop_times_out_at_the_learned_bound() {
         ntor_key: [9; 32],
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     let good = net.hops.clone();
     let hung_path = vec![good[0].clone(), hung, good[2].clone()];

@@ -2,12 +2,15 @@
 //! the client and relay circuit machines.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use onionmix_cell::chan::Certs;
 use onionmix_cell::relay::{Begin, Extend2, LinkSpec, RelayMsg, TargetHost};
 use onionmix_cell::{CellBody, CellCodec, ChanCmd, PAYLOAD_LEN};
 use onionmix_node::glue::{CryptoVerifier, RelayInitiatorAuth};
+use onionmix_proto::cc::{CcParams, ChanSignal};
 use onionmix_proto::channel::{
     ExpectedPeer, InitiatorHandshake, LINK_VERSIONS, ProvenIds, ResponderHandshake,
     ResponderIdentity, ResponderVerifier,
@@ -225,7 +228,15 @@ fn next_body(inp: &mut Input<'_>) -> CellBody {
 /// draining) in between. Stops where the relay would destroy the circuit.
 pub fn circ_relay(data: &[u8]) {
     let mut inp = Input::new(data);
-    let mut circ = RelayCircuit::new(Box::new(PlainRelayLayer));
+    // With or without congestion control negotiated (its SENDME increment
+    // from the input).
+    let cc = match inp.u8() {
+        0..=127 => None,
+        inc => Some((Arc::new(CcParams::default()), inc)),
+    };
+    let mut circ = RelayCircuit::new(Box::new(PlainRelayLayer), cc);
+    let mut now = Instant::now();
+    let mut flow = Vec::new();
     let mut extend_pending = false;
     while !inp.is_empty() {
         match inp.u8() % 6 {
@@ -260,7 +271,13 @@ pub fn circ_relay(data: &[u8]) {
             }
             4 => circ.stream_closed(inp.u16()),
             _ => {
-                let _ = circ.stream_drained(inp.u16());
+                now += Duration::from_millis(u64::from(inp.u8()));
+                let sid = inp.u16();
+                let cells = u32::from(inp.u8());
+                let buffered = usize::from(inp.u16());
+                flow.clear();
+                circ.stream_drained(sid, cells, cells as usize * 498, buffered, now, &mut flow);
+                let _ = circ.stream_buffered(sid, buffered, now);
             }
         }
         assert!(circ.n_streams() <= MAX_EXIT_STREAMS);
@@ -302,7 +319,8 @@ fn pick(sids: &[u16], i: u8) -> u16 {
 /// to the `i`-th stream opened so far (cyclically).
 pub fn circ_client(data: &[u8]) {
     let mut inp = Input::new(data);
-    let mut circ = ClientCircuit::new(Box::new(PlainClientLayer(0)));
+    let mut circ = ClientCircuit::new(Box::new(PlainClientLayer(0)), Arc::new(CcParams::default()));
+    let mut now = Instant::now();
     let mut sids: Vec<u16> = Vec::new();
     let mut hops = 1u8;
     let mut extending = false;
@@ -319,7 +337,15 @@ pub fn circ_client(data: &[u8]) {
                     body[3..5].copy_from_slice(&sid.to_be_bytes());
                 }
                 events.clear();
-                if circ.handle_relay(&mut body, &mut events, &mut out).is_err() {
+                now += Duration::from_millis(u64::from(inp.u8()));
+                let chan = ChanSignal {
+                    blocked: inp.u8() & 1 == 1,
+                    queued_cells: u64::from(inp.u8()),
+                };
+                if circ
+                    .handle_relay(&mut body, now, chan, &mut events, &mut out)
+                    .is_err()
+                {
                     return;
                 }
                 check_out(&out);
@@ -361,21 +387,27 @@ pub fn circ_client(data: &[u8]) {
                 let len = usize::from(inp.u8()) * 2;
                 if circ.can_send(sid) {
                     let cell = circ
-                        .send_data(sid, &vec![0x61; len.min(498)])
+                        .send_data(sid, &vec![0x61; len.min(498)], now)
                         .expect("can_send said yes");
                     check_out(&[cell]);
                 }
             }
             5 => {
                 let sid = pick(&sids, inp.u8());
-                if let Ok(cell) = circ.end_stream(sid, 6) {
+                if let Ok(cell) = circ.end_stream(sid, 6, now) {
                     check_out(&[cell]);
                 }
                 sids.retain(|s| *s != sid);
             }
             6 => {
-                if let Ok(Some(cell)) = circ.stream_drained(pick(&sids, inp.u8())) {
-                    check_out(&[cell]);
+                let sid = pick(&sids, inp.u8());
+                let cells = u32::from(inp.u8());
+                let buffered = usize::from(inp.u16());
+                if circ
+                    .stream_drained(sid, cells, cells as usize * 498, buffered, now, &mut out)
+                    .is_ok()
+                {
+                    check_out(&out);
                 }
             }
             7 => {
@@ -397,7 +429,12 @@ pub fn circ_client(data: &[u8]) {
             }
             8 => {
                 if extending && hops < 8 {
-                    circ.add_hop(Box::new(PlainClientLayer(hops)));
+                    // The last hop may agree to congestion control.
+                    let inc = inp.u8();
+                    circ.add_hop(
+                        Box::new(PlainClientLayer(hops)),
+                        (inc >= 128).then_some(inc),
+                    );
                     hops += 1;
                     extending = false;
                 }

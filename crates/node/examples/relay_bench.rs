@@ -136,6 +136,8 @@ fn start_relay(bin: &str, dir: &std::path::Path, threads: usize) -> (Proc, HopTa
         ntor_key: keys.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     (Proc(child), hop)
 }

@@ -2,7 +2,9 @@
 //! machines use.
 
 use onionmix_cell::CellBody;
+use onionmix_crypto::ntor_v3::Ntor3Extension;
 use onionmix_crypto::{NtorClient, Tor1Layer};
+use onionmix_proto::cc::CcParams;
 use onionmix_proto::channel::{ProvenIds, ResponderVerifier};
 use onionmix_proto::layer::{ClientLayer, RelayLayer};
 
@@ -39,19 +41,27 @@ impl RelayLayer for Tor1 {
 pub enum ClientHandshake {
     /// ntor (CREATE2 type 2).
     Ntor(NtorClient),
-    /// ntor-v3 (CREATE2 type 3, proposal 332).
-    NtorV3(onionmix_crypto::ntor_v3::Ntor3Client),
+    /// ntor-v3 (CREATE2 type 3, proposal 332), and whether we asked for
+    /// congestion control.
+    NtorV3(onionmix_crypto::ntor_v3::Ntor3Client, bool),
 }
 
 /// Start a handshake with `hop`: ntor-v3 when the hop supports it (it has
-/// an Ed25519 identity and advertises Relay=4), ntor otherwise. Returns the
-/// state, the CREATE2 handshake type, and the client data.
-pub fn handshake_start(hop: &HopTarget) -> (ClientHandshake, u16, Vec<u8>) {
+/// an Ed25519 identity and advertises Relay=4), ntor otherwise. With
+/// `want_cc` (the hop is a circuit's last, it advertises FlowCtrl=2 and
+/// the consensus enables `cc_alg`) the ntor-v3 message asks for congestion
+/// control (proposal 324 §10). Returns the state, the CREATE2 handshake
+/// type, and the client data.
+pub fn handshake_start(hop: &HopTarget, want_cc: bool) -> (ClientHandshake, u16, Vec<u8>) {
     let mut rng = rand::rngs::OsRng;
     if let (true, Some(ed)) = (hop.ntor_v3, hop.ed_id) {
-        // The message is an extension list; tor rejects an empty byte string,
-        // so send an encoded empty list (N_EXTENSIONS = 0).
-        let msg = onionmix_crypto::ntor_v3::encode_extensions(&[]);
+        // The message is an extension list; tor rejects an empty byte
+        // string, so without a request send an empty list (N_EXTENSIONS=0).
+        let exts: Vec<Ntor3Extension> = onionmix_proto::cc::negotiate::client_extensions(want_cc)
+            .into_iter()
+            .map(|(ext_type, data)| Ntor3Extension { ext_type, data })
+            .collect();
+        let msg = onionmix_crypto::ntor_v3::encode_extensions(&exts);
         if let Ok((st, data)) = onionmix_crypto::ntor_v3::Ntor3Client::new(
             ed,
             hop.ntor_key,
@@ -60,7 +70,7 @@ pub fn handshake_start(hop: &HopTarget) -> (ClientHandshake, u16, Vec<u8>) {
             &mut rng,
         ) {
             return (
-                ClientHandshake::NtorV3(st),
+                ClientHandshake::NtorV3(st, want_cc),
                 onionmix_cell::chan::HTYPE_NTOR_V3,
                 data,
             );
@@ -74,16 +84,48 @@ pub fn handshake_start(hop: &HopTarget) -> (ClientHandshake, u16, Vec<u8>) {
     )
 }
 
-/// Finish the handshake and build the hop's layer.
-pub fn handshake_finish(st: ClientHandshake, reply: &[u8]) -> Result<Box<dyn ClientLayer>, String> {
-    let keys = match st {
-        ClientHandshake::Ntor(st) => st.finish(reply).map_err(|e| e.to_string())?,
-        ClientHandshake::NtorV3(st) => {
-            let (_server_msg, ks) = st.finish(reply).map_err(|e| e.to_string())?;
-            ks.circuit_keys()
+/// A finished client handshake: the hop's relay crypto, and the SENDME
+/// increment when the hop agreed to congestion control.
+pub struct HopKeys {
+    /// The layer.
+    pub layer: Box<dyn ClientLayer>,
+    /// `Some(sendme_inc)`: congestion control on this hop.
+    pub cc_sendme_inc: Option<u8>,
+}
+
+/// Finish the handshake and build the hop's layer. The relay's ntor-v3
+/// message is checked against what we asked (`params` judges its
+/// `sendme_inc`); a response we did not ask for, or a bad one, fails the
+/// handshake.
+pub fn handshake_finish(
+    st: ClientHandshake,
+    reply: &[u8],
+    params: &CcParams,
+) -> Result<HopKeys, String> {
+    let (keys, cc_sendme_inc) = match st {
+        ClientHandshake::Ntor(st) => (st.finish(reply).map_err(|e| e.to_string())?, None),
+        ClientHandshake::NtorV3(st, requested) => {
+            let (server_msg, ks) = st.finish(reply).map_err(|e| e.to_string())?;
+            // An empty message carries no extensions.
+            let exts = if server_msg.is_empty() {
+                Vec::new()
+            } else {
+                onionmix_crypto::ntor_v3::parse_extensions(&server_msg)
+                    .map_err(|e| format!("relay's ntor-v3 message: {e}"))?
+            };
+            let inc = onionmix_proto::cc::negotiate::client_check_response(
+                requested,
+                exts.iter().map(|e| (e.ext_type, e.data.as_slice())),
+                |i| params.sendme_inc_acceptable(i),
+            )
+            .map_err(|e| e.to_string())?;
+            (ks.circuit_keys(), inc)
         }
     };
-    Ok(Box::new(Tor1(Tor1Layer::new(&keys))))
+    Ok(HopKeys {
+        layer: Box::new(Tor1(Tor1Layer::new(&keys))),
+        cc_sendme_inc,
+    })
 }
 
 /// Checks responder CERTS cells with `onionmix-crypto`.

@@ -103,6 +103,8 @@ async fn fake_relay(how: Misbehave) -> (SocketAddr, HopTarget) {
         ntor_key: target_ids.2,
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     (addr, target)
 }
@@ -145,6 +147,8 @@ async fn broken_responders_fail_cleanly() {
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     mgr.get(&good).await.expect("good relay after broken ones");
 }

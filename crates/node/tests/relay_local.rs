@@ -38,6 +38,8 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     (ctx, target)
 }
@@ -225,6 +227,8 @@ fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         ntor_key: ntor.get(64..96)?.try_into().ok()?,
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     })
 }
 
@@ -345,6 +349,8 @@ async fn per_peer_circuit_limit_spares_other_clients() {
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     let target = start_target().await;
 

@@ -29,6 +29,8 @@ fn read_relay_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         ntor_key,
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     })
 }
 

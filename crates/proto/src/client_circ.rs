@@ -3,6 +3,8 @@
 //! inbound RELAY/DESTROY cells and asks for outbound cells.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 
@@ -12,13 +14,22 @@ use onionmix_cell::relay::{
 };
 use onionmix_cell::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN};
 
-use crate::flow::{DeliverWindow, FlowError, PackageWindow};
+use crate::cc::{CcParams, CcPath, CcSnapshot, ChanSignal, CircSender};
+use crate::flow::{
+    DeliverWindow, FlowError, PackageWindow, STREAM_WINDOW_INC, STREAM_WINDOW_START,
+};
+use crate::halfclosed::{HalfClosed, HalfInit};
 use crate::layer::ClientLayer;
+use crate::xonxoff::{FlowRx, FlowTx, StreamFlowMsg, StreamRx, StreamTx};
 
 /// Most streams open at once on one circuit.
 pub const MAX_STREAMS_PER_CIRCUIT: usize = 512;
 /// RELAY_EARLY cells a client may send on one circuit (tor-spec §5.6).
 pub const MAX_RELAY_EARLY: u8 = 8;
+/// With congestion control, how long after our END cells for a stream
+/// stay valid at least (tor uses the larger of the circuit's largest RTT
+/// and its circuit build timeout, initially 60 s).
+pub const HALF_CLOSED_CC_GRACE: Duration = Duration::from_secs(60);
 
 /// Errors that end the circuit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,14 +92,52 @@ pub enum StreamKind {
 struct StreamEntry {
     hop: usize,
     kind: StreamKind,
-    pkg: PackageWindow,
-    deliver: DeliverWindow,
+    rx: StreamRx,
+    tx: StreamTx,
 }
 
 struct Hop {
     layer: Box<dyn ClientLayer>,
-    pkg: PackageWindow,
+    send: CircSender,
     deliver: DeliverWindow,
+}
+
+impl Hop {
+    fn new(layer: Box<dyn ClientLayer>, params: &CcParams, cc_sendme_inc: Option<u8>) -> Self {
+        match cc_sendme_inc {
+            Some(inc) => Hop {
+                layer,
+                send: CircSender::vegas(params, CcPath::Exit, inc),
+                deliver: DeliverWindow::circuit_with_inc(inc.into()),
+            },
+            None => Hop {
+                layer,
+                send: CircSender::fixed(params.sendme_accept_min_version),
+                deliver: DeliverWindow::circuit(),
+            },
+        }
+    }
+}
+
+/// Flow-control messages a circuit sent and cells it refused to count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CircStats {
+    /// XOFFs sent.
+    pub xoff_sent: u64,
+    /// XONs sent.
+    pub xon_sent: u64,
+    /// XOFFs received.
+    pub xoff_received: u64,
+    /// XONs received.
+    pub xon_received: u64,
+    /// Cells for half-closed streams within what they could carry.
+    pub half_closed_valid: u64,
+    /// Cells for unknown streams, or for half-closed ones beyond what
+    /// they could carry (tor's "dropped cells").
+    pub invalid_cells: u64,
+    /// XON/XOFF earlier than the data we sent explains (proposal 324
+    /// §4.1.4): obeyed, and counted, as tor does.
+    pub early_xon_xoff: u64,
 }
 
 /// Something the driver must act on.
@@ -125,11 +174,23 @@ pub enum CircEvent {
     /// The pending EXTEND2 was answered; finish the handshake with this
     /// server data and call [`ClientCircuit::add_hop`].
     Extended(Created2),
-    /// A SENDME opened a package window: on the circuit (`stream` 0, by
-    /// 100 cells) or on one stream (by 50 cells).
+    /// A SENDME opened a package window: on the circuit (`stream` 0) or on
+    /// one stream (by 50 cells).
     Sendme {
         /// Stream ID, or 0 for the circuit.
         stream: u16,
+    },
+    /// The exit asked us to stop sending on a stream (congestion control).
+    Xoff {
+        /// Stream.
+        stream: u16,
+    },
+    /// The exit lets us send on a stream again, at most at this rate.
+    Xon {
+        /// Stream.
+        stream: u16,
+        /// Advised rate in 1000 bytes/s (0: unlimited).
+        kbps: u32,
     },
     /// The circuit is gone (DESTROY or TRUNCATED).
     Destroyed {
@@ -142,6 +203,9 @@ pub enum CircEvent {
 pub struct ClientCircuit {
     hops: Vec<Hop>,
     streams: HashMap<u16, StreamEntry>,
+    half: HalfClosed,
+    params: Arc<CcParams>,
+    stats: CircStats,
     next_sid: u16,
     relay_early_left: u8,
     extending: bool,
@@ -160,17 +224,18 @@ impl std::fmt::Debug for ClientCircuit {
 }
 
 impl ClientCircuit {
-    /// A circuit whose first hop answered CREATE2 with these keys.
-    pub fn new(first_hop: Box<dyn ClientLayer>) -> Self {
+    /// A circuit whose first hop answered CREATE2 with these keys, under
+    /// the consensus parameters `params` (SENDME versions, congestion and
+    /// flow control).
+    pub fn new(first_hop: Box<dyn ClientLayer>, params: Arc<CcParams>) -> Self {
         let mut rng = StdRng::from_entropy();
         let next_sid = (rng.next_u32() as u16).max(1);
         ClientCircuit {
-            hops: vec![Hop {
-                layer: first_hop,
-                pkg: PackageWindow::circuit(),
-                deliver: DeliverWindow::circuit(),
-            }],
+            hops: vec![Hop::new(first_hop, &params, None)],
             streams: HashMap::new(),
+            half: HalfClosed::default(),
+            params,
+            stats: CircStats::default(),
             next_sid,
             relay_early_left: MAX_RELAY_EARLY,
             extending: false,
@@ -245,14 +310,36 @@ impl ClientCircuit {
         Ok(cell)
     }
 
-    /// Add the hop whose handshake just completed.
-    pub fn add_hop(&mut self, layer: Box<dyn ClientLayer>) {
+    /// Add the hop whose handshake just completed; `cc_sendme_inc` is set
+    /// when it agreed to congestion control with that SENDME increment.
+    pub fn add_hop(&mut self, layer: Box<dyn ClientLayer>, cc_sendme_inc: Option<u8>) {
         self.extending = false;
-        self.hops.push(Hop {
-            layer,
-            pkg: PackageWindow::circuit(),
-            deliver: DeliverWindow::circuit(),
-        });
+        self.hops.push(Hop::new(layer, &self.params, cc_sendme_inc));
+    }
+
+    /// The consensus parameters the circuit runs under.
+    pub fn params(&self) -> &CcParams {
+        &self.params
+    }
+
+    /// Whether the last hop runs congestion control.
+    pub fn is_cc(&self) -> bool {
+        self.hops.last().is_some_and(|h| h.send.is_cc())
+    }
+
+    /// The last hop's congestion-control state, if it runs.
+    pub fn cc_snapshot(&self) -> Option<CcSnapshot> {
+        self.hops.last().and_then(|h| h.send.snapshot())
+    }
+
+    /// Flow-control counters.
+    pub fn stats(&self) -> CircStats {
+        self.stats
+    }
+
+    /// Streams in the half-closed state.
+    pub fn n_half_closed(&self) -> usize {
+        self.half.len()
     }
 
     fn alloc_sid(&mut self) -> Result<u16, CircError> {
@@ -262,7 +349,7 @@ impl ClientCircuit {
         for _ in 0..=u16::MAX as u32 {
             let sid = self.next_sid;
             self.next_sid = self.next_sid.wrapping_add(1).max(1);
-            if !self.streams.contains_key(&sid) {
+            if !self.streams.contains_key(&sid) && !self.half.contains(sid) {
                 return Ok(sid);
             }
         }
@@ -278,15 +365,18 @@ impl ClientCircuit {
         let sid = self.alloc_sid()?;
         let hop = self.hops.len() - 1;
         let cell = self.out(hop, cmd, sid, data, false)?;
-        self.streams.insert(
-            sid,
-            StreamEntry {
-                hop,
-                kind,
-                pkg: PackageWindow::stream(),
-                deliver: DeliverWindow::stream(),
-            },
-        );
+        let (rx, tx) = if self.hops[hop].send.is_cc() {
+            (
+                StreamRx::Flow(FlowRx::new(&self.params, true)),
+                StreamTx::Flow(FlowTx::new(&self.params, true)),
+            )
+        } else {
+            (
+                StreamRx::window(),
+                StreamTx::Window(PackageWindow::stream()),
+            )
+        };
+        self.streams.insert(sid, StreamEntry { hop, kind, rx, tx });
         Ok((sid, cell))
     }
 
@@ -310,19 +400,27 @@ impl ClientCircuit {
         self.open_stream(StreamKind::Resolving, RelayCmd::RESOLVE, &d)
     }
 
-    /// Whether a DATA cell may be sent on this stream now.
+    /// Whether a DATA cell may be sent on this stream now: the circuit's
+    /// window (or congestion window) is open, and the stream's window if
+    /// it has one. An XOFF does not stop cells already queued, as in tor:
+    /// it stops the stream's source (see `onionmix-node`).
     pub fn can_send(&self, sid: u16) -> bool {
         match self.streams.get(&sid) {
             Some(s) => {
-                !self.closed && s.pkg.available() > 0 && self.hops[s.hop].pkg.available() > 0
+                !self.closed
+                    && self.hops[s.hop].send.can_send()
+                    && match &s.tx {
+                        StreamTx::Window(w) => w.available() > 0,
+                        StreamTx::Flow(_) => true,
+                    }
             }
             None => false,
         }
     }
 
-    /// Package up to 498 bytes of stream data. The caller checks
-    /// [`Self::can_send`] first (or gets [`CircError::WindowClosed`]).
-    pub fn send_data(&mut self, sid: u16, data: &[u8]) -> Result<OutCell, CircError> {
+    /// Package up to 498 bytes of stream data sent at `now`. The caller
+    /// checks [`Self::can_send`] first (or gets [`CircError::WindowClosed`]).
+    pub fn send_data(&mut self, sid: u16, data: &[u8], now: Instant) -> Result<OutCell, CircError> {
         let hop = match self.streams.get(&sid) {
             Some(s) => s.hop,
             None => return Err(CircError::NoSuchStream(sid)),
@@ -331,20 +429,45 @@ impl ClientCircuit {
             return Err(CircError::WindowClosed);
         }
         let (body, tag) = self.seal(hop, RelayCmd::DATA, sid, data)?;
-        let triggers = self.hops[hop].pkg.next_triggers_sendme();
-        self.hops[hop].pkg.on_sent(triggers.then_some(tag));
+        self.hops[hop].send.on_sent(tag, now);
         if let Some(s) = self.streams.get_mut(&sid) {
-            s.pkg.on_sent(None);
+            s.tx.on_sent(data.len());
         }
         Ok(OutCell { early: false, body })
     }
 
-    /// Close a stream from our side.
-    pub fn end_stream(&mut self, sid: u16, reason: u8) -> Result<OutCell, CircError> {
+    /// Close a stream from our side at `now`; it stays half-closed until
+    /// the exit's END.
+    pub fn end_stream(&mut self, sid: u16, reason: u8, now: Instant) -> Result<OutCell, CircError> {
         let s = self
             .streams
             .remove(&sid)
             .ok_or(CircError::NoSuchStream(sid))?;
+        let cc_deadline = match &s.rx {
+            StreamRx::Flow(_) => {
+                let rtt = Duration::from_micros(self.hops[s.hop].send.max_rtt_usec());
+                Some(now + rtt.max(HALF_CLOSED_CC_GRACE))
+            }
+            StreamRx::Window { .. } => None,
+        };
+        let data_pending = match (&s.rx, s.kind) {
+            (_, StreamKind::Resolving) => 0,
+            (StreamRx::Window { deliver, .. }, _) => deliver.window(),
+            (StreamRx::Flow(_), _) => 0,
+        };
+        let sendmes_pending = match &s.tx {
+            StreamTx::Window(w) => (STREAM_WINDOW_START - w.available()) / STREAM_WINDOW_INC,
+            StreamTx::Flow(_) => 0,
+        };
+        self.half.add(
+            sid,
+            HalfInit {
+                connected_pending: s.kind == StreamKind::Connecting,
+                data_pending,
+                sendmes_pending,
+                cc_deadline,
+            },
+        );
         self.out(s.hop, RelayCmd::END, sid, &End::new(reason).encode(), false)
     }
 
@@ -353,24 +476,78 @@ impl ClientCircuit {
         self.streams.remove(&sid);
     }
 
-    /// The application consumed data on `sid`: send a stream SENDME if due.
-    pub fn stream_drained(&mut self, sid: u16) -> Result<Option<OutCell>, CircError> {
+    fn flow_cell(&mut self, sid: u16, msg: StreamFlowMsg) -> Result<OutCell, CircError> {
+        let hop = self
+            .streams
+            .get(&sid)
+            .map(|s| s.hop)
+            .ok_or(CircError::NoSuchStream(sid))?;
+        match msg {
+            StreamFlowMsg::Xoff => self.stats.xoff_sent += 1,
+            StreamFlowMsg::Xon(_) => self.stats.xon_sent += 1,
+            StreamFlowMsg::Sendme => {}
+        }
+        let (cmd, body) = msg.encode();
+        self.out(hop, cmd, sid, &body, false)
+    }
+
+    /// Stream data was queued for the application: `buffered` bytes now
+    /// wait on `sid`. With congestion control this may send XOFF.
+    pub fn stream_buffered(
+        &mut self,
+        sid: u16,
+        buffered: usize,
+        now: Instant,
+    ) -> Result<Option<OutCell>, CircError> {
         let Some(s) = self.streams.get_mut(&sid) else {
             return Ok(None);
         };
-        if !s.deliver.sendme_due() {
-            return Ok(None);
+        match s.rx.on_buffered(buffered, now) {
+            Some(m) => self.flow_cell(sid, m).map(Some),
+            None => Ok(None),
         }
-        s.deliver.on_sendme_sent();
-        let hop = s.hop;
-        self.out(hop, RelayCmd::SENDME, sid, &[], false).map(Some)
     }
 
-    /// Handle an inbound RELAY cell body (still encrypted). Events and cells
-    /// to send are appended to `events` and `out`.
+    /// The application consumed `cells` cells (`bytes` bytes) of `sid`;
+    /// `buffered` bytes remain. Stream SENDMEs (windows) or XON
+    /// (congestion control) to send are appended to `out`.
+    pub fn stream_drained(
+        &mut self,
+        sid: u16,
+        cells: u32,
+        bytes: usize,
+        buffered: usize,
+        now: Instant,
+        out: &mut Vec<OutCell>,
+    ) -> Result<(), CircError> {
+        let Some(s) = self.streams.get_mut(&sid) else {
+            return Ok(());
+        };
+        let mut msgs = Vec::new();
+        s.rx.on_drained(cells, bytes, buffered, now, &mut msgs);
+        for m in msgs {
+            out.push(self.flow_cell(sid, m)?);
+        }
+        Ok(())
+    }
+
+    /// Count a cell for a stream that is neither open nor half-closed, or
+    /// beyond what a half-closed one could carry.
+    fn note_half(&mut self, verdict: Option<bool>) {
+        match verdict {
+            Some(true) => self.stats.half_closed_valid += 1,
+            _ => self.stats.invalid_cells += 1,
+        }
+    }
+
+    /// Handle an inbound RELAY cell body (still encrypted) received at
+    /// `now`; `chan` is the state of our channel (a congestion signal).
+    /// Events and cells to send are appended to `events` and `out`.
     pub fn handle_relay(
         &mut self,
         body: &mut CellBody,
+        now: Instant,
+        chan: ChanSignal,
         events: &mut Vec<CircEvent>,
         out: &mut Vec<OutCell>,
     ) -> Result<(), CircError> {
@@ -386,8 +563,19 @@ impl ClientCircuit {
         }
         let (hop, digest) = hop.ok_or(CircError::Unrecognized)?;
         let (sid, msg) = RelayMsg::decode(body)?;
+        // A stream message from a hop other than the stream's is a
+        // protocol violation.
+        if sid != 0
+            && let Some(s) = self.streams.get(&sid)
+            && s.hop != hop
+        {
+            return Err(CircError::Protocol("stream cell from the wrong hop"));
+        }
         match msg {
             RelayMsg::Data(d) => {
+                if sid == 0 {
+                    return Err(CircError::Protocol("DATA on stream 0"));
+                }
                 self.hops[hop].deliver.on_received()?;
                 if self.hops[hop].deliver.sendme_due() {
                     self.hops[hop].deliver.on_sendme_sent();
@@ -395,29 +583,56 @@ impl ClientCircuit {
                     out.push(self.out(hop, RelayCmd::SENDME, 0, &m, false)?);
                 }
                 if let Some(s) = self.streams.get_mut(&sid) {
-                    if s.hop != hop || s.kind != StreamKind::Open {
-                        return Err(CircError::Protocol(
-                            "DATA from wrong hop or before CONNECTED",
-                        ));
+                    if s.kind != StreamKind::Open {
+                        return Err(CircError::Protocol("DATA before CONNECTED"));
                     }
-                    s.deliver.on_received()?;
+                    s.rx.on_data()?;
                     events.push(CircEvent::Data {
                         stream: sid,
                         data: d.to_vec(),
                     });
+                } else {
+                    let v = self.half.on_data(sid, now);
+                    self.note_half(v);
                 }
             }
             RelayMsg::Sendme(m) => {
-                let tag = match &m {
-                    Sendme::Authenticated(t) => Some(t),
-                    Sendme::Unauthenticated => None,
-                };
                 if sid == 0 {
-                    self.hops[hop].pkg.on_sendme(tag)?;
+                    self.hops[hop].send.on_sendme(&m, now, chan)?;
                     events.push(CircEvent::Sendme { stream: 0 });
                 } else if let Some(s) = self.streams.get_mut(&sid) {
-                    s.pkg.on_sendme(None)?;
+                    s.tx.on_sendme()?;
                     events.push(CircEvent::Sendme { stream: sid });
+                } else {
+                    let v = self.half.on_sendme(sid);
+                    self.note_half(v);
+                }
+            }
+            RelayMsg::Xoff | RelayMsg::Xon(_) => {
+                let Some(s) = self.streams.get_mut(&sid) else {
+                    let v = self.half.on_xon_xoff(sid, now);
+                    self.note_half(v);
+                    return Ok(());
+                };
+                let valid = match msg {
+                    RelayMsg::Xon(x) => {
+                        let v = s.tx.on_xon(x.kbps_ewma)?;
+                        self.stats.xon_received += 1;
+                        events.push(CircEvent::Xon {
+                            stream: sid,
+                            kbps: x.kbps_ewma,
+                        });
+                        v
+                    }
+                    _ => {
+                        let v = s.tx.on_xoff()?;
+                        self.stats.xoff_received += 1;
+                        events.push(CircEvent::Xoff { stream: sid });
+                        v
+                    }
+                };
+                if !valid {
+                    self.stats.early_xon_xoff += 1;
                 }
             }
             RelayMsg::Connected(c) => {
@@ -430,6 +645,9 @@ impl ClientCircuit {
                         stream: sid,
                         addr: c.addr.map(|(a, _)| a),
                     });
+                } else {
+                    let v = self.half.on_connected(sid);
+                    self.note_half(v);
                 }
             }
             RelayMsg::End(e) => {
@@ -438,6 +656,9 @@ impl ClientCircuit {
                         stream: sid,
                         reason: e.reason,
                     });
+                } else {
+                    let v = self.half.on_end(sid);
+                    self.note_half(v);
                 }
             }
             RelayMsg::Resolved(answers) => {
@@ -449,6 +670,9 @@ impl ClientCircuit {
                         stream: sid,
                         answers,
                     });
+                } else {
+                    let v = self.half.on_end(sid);
+                    self.note_half(v);
                 }
             }
             RelayMsg::Extended2(c) => {

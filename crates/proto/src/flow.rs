@@ -1,7 +1,7 @@
-//! Flow-control windows (tor-spec §7.3, §7.4) with authenticated SENDME
-//! (version 1) digest bookkeeping.
-
-use std::collections::VecDeque;
+//! Flow-control windows (tor-spec §7.3, §7.4). The circuit-level send side
+//! (fixed window or congestion control, with the authenticated-SENDME
+//! digests) is [`crate::cc::CircSender`]; here are the stream package
+//! windows and the deliver windows that decide when to send SENDMEs.
 
 /// Initial circuit window (the `circwindow` consensus default).
 pub const CIRC_WINDOW_START: u16 = 1000;
@@ -18,74 +18,64 @@ pub enum FlowError {
     /// The peer sent more DATA than the window allowed.
     #[error("deliver window exhausted: peer ignored flow control")]
     DeliverOverflow,
-    /// A SENDME would push the package window past its maximum.
+    /// A SENDME would push a package window past its maximum, or arrived
+    /// with no SENDME-triggering cell outstanding.
     #[error("unexpected SENDME")]
     UnexpectedSendme,
     /// A SENDME v1 digest did not match the one we recorded.
     #[error("authenticated SENDME digest mismatch")]
     BadSendmeDigest,
+    /// A SENDME older than the minimum accepted version (consensus
+    /// `sendme_accept_min_version`, or v0 after the peer sent a v1).
+    #[error("SENDME version {0} refused")]
+    SendmeVersion(u8),
+    /// A stream-level SENDME on a congestion-controlled circuit (those use
+    /// XON/XOFF).
+    #[error("stream SENDME on a congestion-controlled circuit")]
+    StreamSendmeWithCc,
+    /// XON or XOFF on a circuit without congestion control, or from the
+    /// wrong hop.
+    #[error("XON/XOFF where flow control does not use them")]
+    UnexpectedXonXoff,
+    /// More data buffered for a stream than flow control can explain.
+    #[error("stream buffer over its hard limit")]
+    StreamBufferOverflow,
 }
 
-/// The window for cells we send (circuit level), with the digests of the
-/// cells that will trigger SENDMEs.
+/// A stream's window for cells we send.
 #[derive(Debug, Clone)]
 pub struct PackageWindow {
     window: u16,
     max: u16,
     inc: u16,
-    expected_tags: VecDeque<[u8; 20]>,
 }
 
 impl PackageWindow {
-    /// Circuit-level window.
-    pub fn circuit() -> Self {
-        Self::new(CIRC_WINDOW_START, CIRC_WINDOW_INC)
-    }
-    /// Stream-level window.
+    /// Stream-level window (500, SENDMEs add 50).
     pub fn stream() -> Self {
-        Self::new(STREAM_WINDOW_START, STREAM_WINDOW_INC)
-    }
-    fn new(start: u16, inc: u16) -> Self {
         PackageWindow {
-            window: start,
-            max: start,
-            inc,
-            expected_tags: VecDeque::new(),
+            window: STREAM_WINDOW_START,
+            max: STREAM_WINDOW_START,
+            inc: STREAM_WINDOW_INC,
         }
     }
     /// Cells we may still send.
     pub fn available(&self) -> u16 {
         self.window
     }
-    /// Whether the next DATA cell will trigger a SENDME (so its digest must
-    /// be recorded).
-    pub fn next_triggers_sendme(&self) -> bool {
-        self.window > 0 && (self.window - 1).is_multiple_of(self.inc)
-    }
-    /// Account for one DATA cell sent; `tag` is its running digest, recorded
-    /// when this cell triggers a SENDME. Returns false if the window was 0.
-    pub fn on_sent(&mut self, tag: Option<[u8; 20]>) -> bool {
+    /// Account for one DATA cell sent. Returns false if the window was 0.
+    pub fn on_sent(&mut self) -> bool {
         if self.window == 0 {
             return false;
-        }
-        if (self.window - 1).is_multiple_of(self.inc)
-            && let Some(t) = tag
-        {
-            self.expected_tags.push_back(t);
         }
         self.window -= 1;
         true
     }
-    /// Handle a SENDME; `tag` is the v1 digest if authenticated.
-    pub fn on_sendme(&mut self, tag: Option<&[u8; 20]>) -> Result<(), FlowError> {
+    /// Handle a SENDME: one that would raise the window above its maximum
+    /// is refused (the caller closes the circuit).
+    pub fn on_sendme(&mut self) -> Result<(), FlowError> {
         if self.window + self.inc > self.max {
             return Err(FlowError::UnexpectedSendme);
-        }
-        let expected = self.expected_tags.pop_front();
-        if let (Some(got), Some(want)) = (tag, expected.as_ref())
-            && got != want
-        {
-            return Err(FlowError::BadSendmeDigest);
         }
         self.window += self.inc;
         Ok(())
@@ -101,12 +91,18 @@ pub struct DeliverWindow {
 }
 
 impl DeliverWindow {
-    /// Circuit-level window.
+    /// Circuit-level window with fixed SENDMEs (every 100 cells).
     pub fn circuit() -> Self {
+        Self::circuit_with_inc(CIRC_WINDOW_INC)
+    }
+    /// Circuit-level window with a negotiated SENDME increment (congestion
+    /// control): a SENDME every `inc` DATA cells, as tor does (its deliver
+    /// window starts at 1000 and never falls below `1000 - inc`).
+    pub fn circuit_with_inc(inc: u16) -> Self {
         DeliverWindow {
             window: CIRC_WINDOW_START,
             max: CIRC_WINDOW_START,
-            inc: CIRC_WINDOW_INC,
+            inc: inc.clamp(1, CIRC_WINDOW_START),
         }
     }
     /// Stream-level window.
@@ -144,34 +140,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn package_window_records_every_hundredth_digest() {
-        let mut w = PackageWindow::circuit();
-        let mut recorded = 0;
-        for i in 0..1000u32 {
-            let trig = (w.available() - 1).is_multiple_of(CIRC_WINDOW_INC);
-            let mut tag = [0u8; 20];
-            tag[..4].copy_from_slice(&i.to_be_bytes());
-            assert!(w.on_sent(Some(tag)));
-            if trig {
-                recorded += 1;
-                // The 100th, 200th, ... cells (index 99, 199, ...).
-                assert_eq!((i + 1) % 100, 0);
-            }
-        }
-        assert_eq!(recorded, 10);
-        assert!(!w.on_sent(None));
-        let mut t = [0u8; 20];
-        t[..4].copy_from_slice(&99u32.to_be_bytes());
-        w.on_sendme(Some(&t)).unwrap();
-        assert_eq!(w.available(), 100);
-        let bad = [9u8; 20];
-        assert_eq!(w.on_sendme(Some(&bad)), Err(FlowError::BadSendmeDigest));
-    }
-
-    #[test]
-    fn sendme_beyond_max_rejected() {
+    fn stream_sendme_beyond_max_rejected() {
         let mut w = PackageWindow::stream();
-        assert_eq!(w.on_sendme(None), Err(FlowError::UnexpectedSendme));
+        assert_eq!(w.on_sendme(), Err(FlowError::UnexpectedSendme));
+        for _ in 0..49 {
+            assert!(w.on_sent());
+        }
+        // 451 + 50 > 500.
+        assert_eq!(w.on_sendme(), Err(FlowError::UnexpectedSendme));
+        assert!(w.on_sent());
+        w.on_sendme().unwrap();
+        assert_eq!(w.available(), 500);
+        for _ in 0..500 {
+            assert!(w.on_sent());
+        }
+        assert!(!w.on_sent());
     }
 
     #[test]
@@ -189,5 +172,21 @@ mod tests {
             d.on_received().unwrap();
         }
         assert_eq!(d.on_received(), Err(FlowError::DeliverOverflow));
+    }
+
+    #[test]
+    fn cc_deliver_window_sends_a_sendme_every_increment() {
+        let mut d = DeliverWindow::circuit_with_inc(31);
+        let mut sendmes = 0;
+        for i in 1..=3100u32 {
+            d.on_received().unwrap();
+            if d.sendme_due() {
+                assert_eq!(i % 31, 0);
+                d.on_sendme_sent();
+                sendmes += 1;
+            }
+        }
+        assert_eq!(sendmes, 100);
+        assert_eq!(d.window(), 1000);
     }
 }

@@ -5,14 +5,17 @@
 //! drivers in `onionmix-node` move bytes; this crate decides what they mean.
 
 pub mod cbt;
+pub mod cc;
 pub mod channel;
 pub mod client_circ;
 pub mod exitpolicy;
 pub mod flow;
+pub mod halfclosed;
 pub mod layer;
 pub mod optimistic;
 pub mod preempt;
 pub mod relay_circ;
+pub mod xonxoff;
 
 pub use client_circ::{CircError, CircEvent, ClientCircuit};
 pub use layer::{ClientLayer, RelayLayer};

@@ -7,13 +7,17 @@
 //! receives them; this machine only decides.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::relay::{Begin, Extend2, RelayCmd, RelayMsg, Sendme};
 use onionmix_cell::{CellBody, CellError};
 
+use crate::cc::CcParams;
 use crate::flow::{DeliverWindow, FlowError};
 use crate::layer::RelayLayer;
+use crate::xonxoff::{FlowRx, StreamFlowMsg, StreamRx};
 
 /// Most RELAY_EARLY cells accepted on one circuit (tor-spec §5.6).
 pub const MAX_RELAY_EARLY_IN: u8 = 8;
@@ -63,13 +67,26 @@ pub enum Inbound<'a> {
         /// Reason.
         reason: u8,
     },
-    /// A SENDME opened a package window (stream 0: the circuit, with the
-    /// v1 tag to check against the digests we recorded).
+    /// A SENDME: for the circuit (stream 0; check it against the digests
+    /// we recorded, see [`crate::cc::CircSender::on_sendme`]) or for a
+    /// stream's package window (only without congestion control).
     Sendme {
         /// Stream (0: circuit).
         stream: u16,
-        /// Authenticated SENDME tag, if any.
-        tag: Option<[u8; 20]>,
+        /// The message.
+        msg: Sendme,
+    },
+    /// XOFF: stop sending on a stream (congestion control).
+    Xoff {
+        /// Stream.
+        stream: u16,
+    },
+    /// XON: resume a stream, at most at this rate.
+    Xon {
+        /// Stream.
+        stream: u16,
+        /// Advised rate (1000 bytes/s; 0: unlimited).
+        kbps: u32,
     },
     /// TRUNCATE: destroy the next hop and answer TRUNCATED.
     Truncate,
@@ -114,14 +131,15 @@ impl RelayCircError {
 pub struct Handled<'a> {
     /// What to do.
     pub action: Inbound<'a>,
-    /// A circuit-level SENDME v1 is due with this digest (100 DATA cells
-    /// received): send it towards the client.
+    /// A circuit-level SENDME v1 is due with this digest (every 100 DATA
+    /// cells, or every `sendme_inc` with congestion control): send it
+    /// towards the client.
     pub circ_sendme: Option<[u8; 20]>,
 }
 
 #[derive(Debug)]
 struct ExitStream {
-    deliver: DeliverWindow,
+    rx: StreamRx,
 }
 
 /// The relay-side, client-facing half of a circuit.
@@ -131,6 +149,7 @@ pub struct RelayCircuit {
     has_next: bool,
     extending: bool,
     deliver: DeliverWindow,
+    cc: Option<Arc<CcParams>>,
     streams: HashMap<u16, ExitStream>,
 }
 
@@ -144,16 +163,28 @@ impl std::fmt::Debug for RelayCircuit {
 }
 
 impl RelayCircuit {
-    /// A new circuit whose forward layer is `fwd`.
-    pub fn new(fwd: Box<dyn RelayLayer>) -> Self {
+    /// A new circuit whose forward layer is `fwd`; `cc` holds the
+    /// parameters and negotiated SENDME increment when the client asked
+    /// for congestion control and we agreed.
+    pub fn new(fwd: Box<dyn RelayLayer>, cc: Option<(Arc<CcParams>, u8)>) -> Self {
+        let (deliver, cc) = match cc {
+            Some((p, inc)) => (DeliverWindow::circuit_with_inc(inc.into()), Some(p)),
+            None => (DeliverWindow::circuit(), None),
+        };
         RelayCircuit {
             fwd,
             relay_early_seen: 0,
             has_next: false,
             extending: false,
-            deliver: DeliverWindow::circuit(),
+            deliver,
+            cc,
             streams: HashMap::new(),
         }
+    }
+
+    /// Whether congestion control runs on this circuit.
+    pub fn is_cc(&self) -> bool {
+        self.cc.is_some()
     }
 
     /// Whether this relay has extended the circuit.
@@ -241,7 +272,7 @@ impl RelayCircuit {
                     circ_sendme = Some(digest);
                 }
                 if let Some(s) = self.streams.get_mut(&sid) {
-                    s.deliver.on_received()?;
+                    s.rx.on_data()?;
                     Inbound::Data {
                         stream: sid,
                         data: d,
@@ -257,10 +288,31 @@ impl RelayCircuit {
                     reason: e.reason,
                 }
             }
-            RelayMsg::Sendme(m) => Inbound::Sendme {
-                stream: sid,
-                tag: sendme_tag(&m),
-            },
+            RelayMsg::Sendme(m) => {
+                if sid != 0 && self.cc.is_some() {
+                    // tor: "Congestion control got stream sendme".
+                    return Err(FlowError::StreamSendmeWithCc.into());
+                }
+                Inbound::Sendme {
+                    stream: sid,
+                    msg: m,
+                }
+            }
+            RelayMsg::Xoff | RelayMsg::Xon(_) => {
+                if self.cc.is_none() || sid == 0 {
+                    return Err(FlowError::UnexpectedXonXoff.into());
+                }
+                if !self.streams.contains_key(&sid) {
+                    Inbound::Nothing
+                } else if let RelayMsg::Xon(x) = msg {
+                    Inbound::Xon {
+                        stream: sid,
+                        kbps: x.kbps_ewma,
+                    }
+                } else {
+                    Inbound::Xoff { stream: sid }
+                }
+            }
             RelayMsg::Truncate => Inbound::Truncate,
             RelayMsg::Unknown(cmd, data) if is_onion_service_cmd(cmd) => Inbound::OnionService {
                 cmd,
@@ -288,15 +340,32 @@ impl RelayCircuit {
         self.streams.remove(&sid);
     }
 
-    /// The exit's application side consumed a window increment on `sid`:
-    /// whether a stream SENDME should be sent now.
-    pub fn stream_drained(&mut self, sid: u16) -> bool {
-        match self.streams.get_mut(&sid) {
-            Some(s) if s.deliver.sendme_due() => {
-                s.deliver.on_sendme_sent();
-                true
-            }
-            _ => false,
+    /// Data for `sid` was queued towards its target: `buffered` bytes wait.
+    /// With congestion control this may call for an XOFF.
+    pub fn stream_buffered(
+        &mut self,
+        sid: u16,
+        buffered: usize,
+        now: Instant,
+    ) -> Option<StreamFlowMsg> {
+        self.streams
+            .get_mut(&sid)
+            .and_then(|s| s.rx.on_buffered(buffered, now))
+    }
+
+    /// The target took `cells` cells (`bytes` bytes) of `sid`; `buffered`
+    /// bytes remain. Stream SENDMEs or XONs to send are appended to `out`.
+    pub fn stream_drained(
+        &mut self,
+        sid: u16,
+        cells: u32,
+        bytes: usize,
+        buffered: usize,
+        now: Instant,
+        out: &mut Vec<StreamFlowMsg>,
+    ) {
+        if let Some(s) = self.streams.get_mut(&sid) {
+            s.rx.on_drained(cells, bytes, buffered, now, out);
         }
     }
 
@@ -320,12 +389,11 @@ impl RelayCircuit {
         if self.streams.len() >= MAX_EXIT_STREAMS {
             return Err(RelayCircError::Protocol("too many streams"));
         }
-        self.streams.insert(
-            sid,
-            ExitStream {
-                deliver: DeliverWindow::stream(),
-            },
-        );
+        let rx = match &self.cc {
+            Some(p) => StreamRx::Flow(FlowRx::new(p, false)),
+            None => StreamRx::window(),
+        };
+        self.streams.insert(sid, ExitStream { rx });
         Ok(())
     }
 }
@@ -333,14 +401,6 @@ impl RelayCircuit {
 /// Whether `cmd` is one of the onion-service relay commands (32-40).
 pub fn is_onion_service_cmd(cmd: RelayCmd) -> bool {
     (RelayCmd::ESTABLISH_INTRO.0..=RelayCmd::INTRODUCE_ACK.0).contains(&cmd.0)
-}
-
-/// Parse an authenticated SENDME body for circuit-level checks.
-pub fn sendme_tag(msg: &Sendme) -> Option<[u8; 20]> {
-    match msg {
-        Sendme::Authenticated(t) => Some(*t),
-        Sendme::Unauthenticated => None,
-    }
 }
 
 #[cfg(test)]
@@ -369,7 +429,7 @@ mod tests {
 
     #[test]
     fn onion_service_commands_reach_the_driver() {
-        let mut c = RelayCircuit::new(Box::new(Clear));
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
         for cmd in 32..=40u8 {
             let mut b = body(RelayCmd(cmd), 0, &[cmd; 20]);
             let h = c.handle_inbound(false, &mut b).unwrap();
@@ -406,7 +466,7 @@ mod tests {
             }
             fn encrypt_backward(&mut self, _body: &mut CellBody) {}
         }
-        let mut c = RelayCircuit::new(Box::new(Opaque));
+        let mut c = RelayCircuit::new(Box::new(Opaque), None);
         let mut b = [0u8; PAYLOAD_LEN];
         assert!(c.handle_inbound(false, &mut b).is_err());
         // A joined rendezvous circuit is "extended" for this machine: its

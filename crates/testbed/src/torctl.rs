@@ -1,6 +1,9 @@
 //! Just enough of Tor's control protocol (control-spec) to time a stock
 //! tor client's circuits: cookie authentication, `SETEVENTS CIRC`, and
-//! the time from each circuit's `LAUNCHED` event to its `BUILT` event.
+//! the time from each circuit's `LAUNCHED` event to its `BUILT` event;
+//! and to see its congestion control: `CIRC_BW` events carry `SS`,
+//! `CWND`, `RTT` and `MIN_RTT` for circuits that negotiated it with their
+//! exit (control-spec §4.1.25).
 //!
 //! Stock tor keeps per-circuit build times to itself (its state file
 //! holds only a histogram); the events are the one outside view of them.
@@ -295,18 +298,19 @@ pub async fn getinfo(
         .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))?
 }
 
-/// Connect to a tor control port, authenticate with the cookie in
-/// `cookie_file`, subscribe to CIRC events and time every multi-hop
-/// circuit launched from now on until [`CircuitWatch::finish`]: from its
-/// `TIME_CREATED` (tor's own clock, microseconds; the same machine's
-/// clock as ours) to the arrival of its first `BUILT` event, or from the
-/// arrival of `LAUNCHED` when tor gives no creation time. One-hop
-/// directory circuits (`BUILD_FLAGS=ONEHOP_TUNNEL`) are left out.
-pub async fn watch_circuits(
+type ControlConn = (
+    BufReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+);
+
+/// Connect to a control port, authenticate with the cookie in
+/// `cookie_file` and `SETEVENTS events`, all within `timeout`.
+async fn subscribe(
     addr: SocketAddr,
     cookie_file: &Path,
+    events: &str,
     timeout: Duration,
-) -> Result<CircuitWatch, String> {
+) -> Result<ControlConn, String> {
     let cookie = std::fs::read(cookie_file)
         .map_err(|e| format!("control cookie {}: {e}", cookie_file.display()))?;
     if cookie.len() != 32 {
@@ -330,18 +334,133 @@ pub async fn watch_circuits(
         if !r.starts_with("250") {
             return Err(format!("control port refused the cookie: {r}"));
         }
-        wr.write_all(b"SETEVENTS CIRC\r\n")
+        wr.write_all(format!("SETEVENTS {events}\r\n").as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         let r = reply(&mut rd).await?;
         if !r.starts_with("250") {
-            return Err(format!("SETEVENTS CIRC: {r}"));
+            return Err(format!("SETEVENTS {events}: {r}"));
         }
         Ok::<_, String>((rd, wr))
     };
-    let (mut rd, wr) = tokio::time::timeout(timeout, setup)
+    tokio::time::timeout(timeout, setup)
         .await
-        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))??;
+        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))?
+}
+
+/// One `650 CIRC_BW` event's congestion-control fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CircBw {
+    /// Circuit id.
+    pub id: String,
+    /// `SS=` (in slow start), present only with congestion control.
+    pub slow_start: Option<bool>,
+    /// `CWND=` in cells.
+    pub cwnd: Option<u64>,
+    /// `RTT=` in ms.
+    pub rtt_ms: Option<u64>,
+    /// `MIN_RTT=` in ms.
+    pub min_rtt_ms: Option<u64>,
+}
+
+/// Parse a `650 CIRC_BW ID=<id> READ=.. WRITTEN=.. [SS=..] [CWND=..]
+/// [RTT=..] [MIN_RTT=..]` line.
+pub fn parse_circ_bw(line: &str) -> Option<CircBw> {
+    let rest = line.trim_end().strip_prefix("650 CIRC_BW ")?;
+    let mut ev = CircBw {
+        id: String::new(),
+        slow_start: None,
+        cwnd: None,
+        rtt_ms: None,
+        min_rtt_ms: None,
+    };
+    for w in rest.split(' ') {
+        let Some((k, v)) = w.split_once('=') else {
+            continue;
+        };
+        match k {
+            "ID" => ev.id = v.to_string(),
+            "SS" => ev.slow_start = Some(v == "1"),
+            "CWND" => ev.cwnd = v.parse().ok(),
+            "RTT" => ev.rtt_ms = v.parse().ok(),
+            "MIN_RTT" => ev.min_rtt_ms = v.parse().ok(),
+            _ => {}
+        }
+    }
+    (!ev.id.is_empty()).then_some(ev)
+}
+
+/// A running `CIRC_BW` watch.
+pub struct CircBwWatch {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Vec<CircBw>>,
+}
+
+/// Most `CIRC_BW` events kept by a watch.
+const MAX_CIRC_BW: usize = 100_000;
+
+impl CircBwWatch {
+    /// Stop and return the events seen that carried congestion-control
+    /// fields (`CWND=`).
+    pub async fn finish(mut self) -> Vec<CircBw> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// Connect to a stock tor's control port and collect its `CIRC_BW`
+/// events with congestion-control fields until [`CircBwWatch::finish`].
+pub async fn watch_circ_bw(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    timeout: Duration,
+) -> Result<CircBwWatch, String> {
+    let (mut rd, wr) = subscribe(addr, cookie_file, "CIRC_BW", timeout).await?;
+    let (stop_tx, mut stop_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _keep = wr;
+        let mut seen = Vec::new();
+        let mut line = String::new();
+        loop {
+            tokio::select! {
+                biased;
+                r = read_line(&mut rd, &mut line) => match r {
+                    Ok(()) => {
+                        if let Some(ev) = parse_circ_bw(&line)
+                            && ev.cwnd.is_some()
+                            && seen.len() < MAX_CIRC_BW
+                        {
+                            seen.push(ev);
+                        }
+                    }
+                    Err(_) => break,
+                },
+                _ = &mut stop_rx => break,
+            }
+        }
+        seen
+    });
+    Ok(CircBwWatch {
+        stop: Some(stop_tx),
+        task,
+    })
+}
+
+/// Connect to a tor control port, authenticate with the cookie in
+/// `cookie_file`, subscribe to CIRC events and time every multi-hop
+/// circuit launched from now on until [`CircuitWatch::finish`]: from its
+/// `TIME_CREATED` (tor's own clock, microseconds; the same machine's
+/// clock as ours) to the arrival of its first `BUILT` event, or from the
+/// arrival of `LAUNCHED` when tor gives no creation time. One-hop
+/// directory circuits (`BUILD_FLAGS=ONEHOP_TUNNEL`) are left out.
+pub async fn watch_circuits(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    timeout: Duration,
+) -> Result<CircuitWatch, String> {
+    let (mut rd, wr) = subscribe(addr, cookie_file, "CIRC", timeout).await?;
     let (stop_tx, mut stop_rx) = oneshot::channel();
     let since = now_unix();
     let task = tokio::spawn(async move {
@@ -387,6 +506,24 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn circ_bw_events_parse() {
+        let e = parse_circ_bw(
+            "650 CIRC_BW ID=36 READ=1527 WRITTEN=2036 TIME=2026-11-24T13:32:44.814297 DELIVERED_READ=187 OVERHEAD_READ=1307 DELIVERED_WRITTEN=384 OVERHEAD_WRITTEN=1608 SS=1 CWND=124 RTT=0 MIN_RTT=0\r\n",
+        )
+        .unwrap();
+        assert_eq!(e.id, "36");
+        assert_eq!(e.slow_start, Some(true));
+        assert_eq!(
+            (e.cwnd, e.rtt_ms, e.min_rtt_ms),
+            (Some(124), Some(0), Some(0))
+        );
+        let e = parse_circ_bw("650 CIRC_BW ID=2 READ=11198 WRITTEN=3054 TIME=x").unwrap();
+        assert_eq!((e.cwnd, e.slow_start), (None, None));
+        assert!(parse_circ_bw("650 CIRC 7 BUILT").is_none());
+        assert!(parse_circ_bw("650 CIRC_BW READ=1").is_none());
+    }
 
     #[test]
     fn circ_events_parse() {

@@ -238,18 +238,17 @@ const PROTO_KEYWORDS: [&str; 4] = [
     "required-relay-protocols",
 ];
 
-/// Protocol lines tor 0.4.9 authorities vote, minus the subprotocol
-/// onionmix does not implement yet (FlowCtrl=2, congestion control): a
-/// stock relay or client under onionmix authorities is asked for nothing
-/// stock authorities would not ask, and an onionmix relay meets every line
-/// it is held to (onionmix relays are HSDirs, introduction and rendezvous
-/// points: `HSDir=2 HSIntro=4-5 HSRend=2`).
+/// Protocol lines tor 0.4.9 authorities vote: a stock relay or client
+/// under onionmix authorities is asked for nothing stock authorities would
+/// not ask, and an onionmix relay meets every line it is held to
+/// (congestion control `FlowCtrl=1-2`; onionmix relays are HSDirs,
+/// introduction and rendezvous points: `HSDir=2 HSIntro=4-5 HSRend=2`).
 pub fn default_protocol_lines() -> [String; 4] {
     [
-        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 HSDir=2 HSIntro=4 HSRend=2 Link=4-5 Microdesc=2 Relay=2-4".into(),
-        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4".into(),
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4 HSRend=2 Link=4-5 Microdesc=2 Relay=2-4".into(),
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4".into(),
         "Cons=2 Desc=2 FlowCtrl=1 Link=4 Microdesc=2 Relay=2".into(),
-        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4".into(),
+        "Cons=2 Desc=2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=2 Relay=2-4".into(),
     ]
 }
 

@@ -307,20 +307,14 @@ const STOCK_0_4_9_LINES: [&str; 4] = [
 ];
 
 #[test]
-fn protocol_lines_are_stock_minus_what_onionmix_lacks() {
-    let not_yet = ["FlowCtrl"];
+fn protocol_lines_are_stock_0_4_9s() {
     for (ours, stock) in default_protocol_lines().iter().zip(STOCK_0_4_9_LINES) {
         let ours: crate::types::Protocols = ours.parse().unwrap();
         let stock: crate::types::Protocols = stock.parse().unwrap();
         // Nothing asked that stock tor does not ask.
         assert!(stock.missing_from(&ours).is_empty(), "{ours}");
-        // Everything stock asks, except the unimplemented ones.
-        for (name, v) in ours.missing_from(&stock) {
-            assert!(
-                not_yet.contains(&name.as_str()) && !(name == "FlowCtrl" && v == 1),
-                "{name}={v} dropped from {stock}"
-            );
-        }
+        // Everything stock asks.
+        assert!(ours.missing_from(&stock).is_empty(), "{stock}");
     }
 }
 

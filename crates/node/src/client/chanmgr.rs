@@ -13,7 +13,7 @@ use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake};
 use super::circuit::HopTarget;
 use super::control::hub::ControlHub;
 use crate::glue;
-use crate::reactor::{ChannelHandle, spawn_client_reactor};
+use crate::reactor::{ChannelHandle, ClientFlowStats, spawn_client_reactor};
 
 /// Most channels a client keeps open at once.
 pub const MAX_CHANNELS: usize = 256;
@@ -42,6 +42,7 @@ pub struct ChanMgr {
     transport: TlsTransport,
     slots: Arc<Mutex<HashMap<[u8; 20], Slot>>>,
     hub: Option<Arc<ControlHub>>,
+    stats: Arc<ClientFlowStats>,
 }
 
 impl std::fmt::Debug for ChanMgr {
@@ -57,6 +58,7 @@ impl ChanMgr {
             transport,
             slots: Arc::new(Mutex::new(HashMap::new())),
             hub: None,
+            stats: Arc::default(),
         }
     }
 
@@ -77,6 +79,11 @@ impl ChanMgr {
             })
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Congestion- and flow-control counters of every channel's circuits.
+    pub fn flow_stats(&self) -> &ClientFlowStats {
+        &self.stats
     }
 
     /// A channel to `target`, opening one if needed.
@@ -160,6 +167,7 @@ impl ChanMgr {
             est.codec,
             est.peer.rsa_id,
             Some(est.peer.ed_id),
+            self.stats.clone(),
         ))
     }
 }

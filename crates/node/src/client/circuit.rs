@@ -10,8 +10,12 @@ use tracing::debug;
 use onionmix_cell::chan::Create2;
 use onionmix_cell::relay::{Extend2, LinkSpec};
 
+use onionmix_proto::cc::CcParams;
+
 use crate::glue;
-use crate::reactor::{ChanCommand, ChannelHandle, ReactorError, StreamRequest, circuit_credits};
+use crate::reactor::{
+    ChanCommand, ChannelHandle, CircCcStatus, ReactorError, StreamRequest, circuit_credits,
+};
 
 use super::stream::{self, Stream, StreamError};
 use crate::reactor::StreamEvent;
@@ -36,6 +40,11 @@ pub struct HopTarget {
     /// the directory sets it for relays that advertise Relay=2, i.e. any
     /// tor since 0.2.4.19, and for ours).
     pub optimistic_data: bool,
+    /// The relay advertises FlowCtrl=2 (congestion control at exits).
+    pub flowctrl_cc: bool,
+    /// The consensus parameters the relay was chosen under (congestion
+    /// and flow control, SENDME versions); defaults when `None`.
+    pub params: Option<Arc<CcParams>>,
 }
 
 impl HopTarget {
@@ -110,6 +119,8 @@ pub struct Circuit {
     pub build_time: Duration,
     /// The id the control port knows it by (0: not tracked).
     pub ctl_id: u64,
+    /// The SENDME increment, when the exit agreed to congestion control.
+    pub cc_sendme_inc: Option<u8>,
     first_used: Mutex<Option<Instant>>,
 }
 
@@ -145,6 +156,20 @@ impl Circuit {
     /// Whether the exit takes stream data before CONNECTED.
     pub fn exit_supports_optimistic_data(&self) -> bool {
         self.path.last().is_some_and(|h| h.optimistic_data)
+    }
+
+    /// The circuit's congestion-control state and flow counters (None if
+    /// the circuit is gone).
+    pub async fn cc_status(&self) -> Option<CircCcStatus> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.chan
+            .send(ChanCommand::CcStatus {
+                circ_id: self.circ_id,
+                reply: tx,
+            })
+            .await
+            .ok()?;
+        rx.await.ok().flatten()
     }
 
     /// Open a stream at the last hop and wait for CONNECTED / RESOLVED.
@@ -190,6 +215,19 @@ impl Drop for Circuit {
         self.chan.try_send(ChanCommand::Destroy {
             circ_id: self.circ_id,
         });
+    }
+}
+
+/// Whether to ask `path`'s last hop for congestion control: a circuit of
+/// more than one hop (tor never negotiates it on one-hop circuits), an
+/// exit that advertises FlowCtrl=2 and speaks ntor-v3, and a consensus
+/// whose `cc_alg` is not 0 (proposal 324 §10.1, as tor 0.4.9 decides).
+pub fn wants_cc(path: &[HopTarget], params: &CcParams) -> bool {
+    match path.last() {
+        Some(last) if path.len() > 1 => {
+            params.enabled() && last.flowctrl_cc && last.ntor_v3 && last.ed_id.is_some()
+        }
+        _ => false,
     }
 }
 
@@ -274,9 +312,15 @@ async fn build_inner(
         on_hop(done);
     };
     let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
+    let params = path
+        .last()
+        .and_then(|h| h.params.clone())
+        .unwrap_or_default();
+    let want_cc = wants_cc(&path, &params);
+    let last = path.len() - 1;
     let fut = async {
         // First hop: CREATE2 with ntor or ntor-v3.
-        let (state, htype, onionskin) = glue::handshake_start(&first);
+        let (state, htype, onionskin) = glue::handshake_start(&first, want_cc && last == 0);
         let create2 = Create2 {
             htype,
             hdata: onionskin,
@@ -291,22 +335,26 @@ async fn build_inner(
             circ_id,
             armed: true,
         };
-        let layer = glue::handshake_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
-            hop: 0,
-            relay: first.nickname.clone(),
-            err: e,
+        let keys = glue::handshake_finish(state, &created.hdata, &params).map_err(|e| {
+            BuildError::Hop {
+                hop: 0,
+                relay: first.nickname.clone(),
+                err: e,
+            }
         })?;
         let credits = circuit_credits();
+        let mut cc_sendme_inc = keys.cc_sendme_inc;
         chan.send(ChanCommand::Install {
             circ_id,
-            layer,
+            layer: keys.layer,
+            params: params.clone(),
             credits: credits.clone(),
         })
         .await
         .map_err(|e| hop_err(0, &first, e))?;
         report(1);
         for (i, hop) in path.iter().enumerate().skip(1) {
-            let (state, htype, onionskin) = glue::handshake_start(hop);
+            let (state, htype, onionskin) = glue::handshake_start(hop, want_cc && i == last);
             let msg = Extend2 {
                 specs: hop.link_specs(),
                 create: Create2 {
@@ -322,30 +370,40 @@ async fn build_inner(
                 })
                 .await
                 .map_err(|e| hop_err(i, hop, e))?;
-            let layer =
-                glue::handshake_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
+            let keys = glue::handshake_finish(state, &created.hdata, &params).map_err(|e| {
+                BuildError::Hop {
                     hop: i,
                     relay: hop.nickname.clone(),
                     err: e,
-                })?;
-            chan.send(ChanCommand::AddHop { circ_id, layer })
-                .await
-                .map_err(|e| hop_err(i, hop, e))?;
+                }
+            })?;
+            cc_sendme_inc = keys.cc_sendme_inc;
+            chan.send(ChanCommand::AddHop {
+                circ_id,
+                layer: keys.layer,
+                cc_sendme_inc: keys.cc_sendme_inc,
+            })
+            .await
+            .map_err(|e| hop_err(i, hop, e))?;
             report(i + 1);
         }
         let mut guard = guard;
         guard.armed = false;
-        Ok((circ_id, credits))
+        Ok((circ_id, credits, cc_sendme_inc))
     };
-    let (circ_id, credits) = tokio::time::timeout(timeout, fut)
+    let (circ_id, credits, cc_sendme_inc) = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| BuildError::Timeout(timeout))??;
     let build_time = start.elapsed();
     debug!(
-        "built circuit {:08x} through {} hops in {:?}",
+        "built circuit {:08x} through {} hops in {:?}{}",
         circ_id,
         path.len(),
-        build_time
+        build_time,
+        match cc_sendme_inc {
+            Some(i) => format!(" (congestion control, sendme_inc {i})"),
+            None => String::new(),
+        }
     );
     Ok(Circuit {
         chan,
@@ -355,6 +413,7 @@ async fn build_inner(
         built_at: Instant::now(),
         build_time,
         ctl_id,
+        cc_sendme_inc,
         first_used: Mutex::new(None),
     })
 }

@@ -21,6 +21,8 @@ use onionmix_netdoc::{
     UnverifiedConsensus, merge_certificates, parse_microdescs,
 };
 
+use onionmix_proto::cc::CcParams;
+
 use super::circmgr::{CircMgr, Purpose};
 
 /// Most authority key certificates a client keeps.
@@ -142,7 +144,10 @@ impl DirMgr {
         }
     }
 
-    async fn fetch_dirport(addr: SocketAddr, req: &DirRequest) -> Result<DirResponse, String> {
+    pub(crate) async fn fetch_dirport(
+        addr: SocketAddr,
+        req: &DirRequest,
+    ) -> Result<DirResponse, String> {
         let fut = async {
             let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
             s.write_all(&req.encode(Some(&addr.to_string())))
@@ -197,11 +202,12 @@ impl DirMgr {
         let Some(nd) = self.netdir() else {
             return Vec::new();
         };
+        let params = Arc::new(CcParams::from_consensus(nd.params()));
         self.auths
             .iter()
             .filter_map(|a| {
                 let r = nd.relay_by_rsa_id(&a.rsa_id?)?;
-                Some(Self::hop(r))
+                Some(Self::hop(r, &params))
             })
             .collect()
     }
@@ -346,7 +352,7 @@ impl DirMgr {
     }
 
     /// How to reach and handshake with a relay.
-    pub fn hop(r: &onionmix_netdoc::Relay) -> HopTarget {
+    pub fn hop(r: &onionmix_netdoc::Relay, params: &Arc<CcParams>) -> HopTarget {
         HopTarget {
             nickname: r.nickname.clone(),
             rsa_id: r.rsa_id,
@@ -355,6 +361,8 @@ impl DirMgr {
             ntor_key: r.ntor_onion_key,
             ntor_v3: r.protocols.supports("Relay", 4),
             optimistic_data: r.protocols.supports("Relay", 2),
+            flowctrl_cc: r.protocols.supports("FlowCtrl", 2),
+            params: Some(params.clone()),
         }
     }
 
@@ -389,6 +397,7 @@ impl DirMgr {
             .excluding(avoid)
             .restricted(&self.only);
         let mut rng = rand::thread_rng();
+        let params = Arc::new(CcParams::from_consensus(nd.params()));
         let Purpose::Exit(port) = purpose;
         let target = match port {
             Some(p) => ExitTarget::Port(p),
@@ -414,8 +423,10 @@ impl DirMgr {
             };
             match res {
                 Ok(ids) => {
-                    let hops: Option<Vec<HopTarget>> =
-                        ids.iter().map(|id| nd.relay(id).map(Self::hop)).collect();
+                    let hops: Option<Vec<HopTarget>> = ids
+                        .iter()
+                        .map(|id| nd.relay(id).map(|r| Self::hop(r, &params)))
+                        .collect();
                     if let Some(hops) = hops {
                         return Ok(hops);
                     }

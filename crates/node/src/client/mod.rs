@@ -50,6 +50,8 @@ pub struct Client {
     /// What the control and metrics ports see.
     pub hub: Arc<ControlHub>,
     shutdown: Arc<Notify>,
+    /// Congestion- and flow-control counters of all circuits.
+    pub flow: Arc<ChanMgr>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -60,6 +62,20 @@ impl std::fmt::Debug for Client {
             .field("socks_addr", &self.socks_addr)
             .finish()
     }
+}
+
+fn flow_json(f: &crate::reactor::ClientFlowStats) -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    serde_json::json!({
+        "cc_circuits": f.cc_circuits.load(Relaxed),
+        "xoff_sent": f.xoff_sent.load(Relaxed),
+        "xon_sent": f.xon_sent.load(Relaxed),
+        "xoff_received": f.xoff_received.load(Relaxed),
+        "xon_received": f.xon_received.load(Relaxed),
+        "half_closed_cells": f.half_closed_cells.load(Relaxed),
+        "invalid_cells": f.invalid_cells.load(Relaxed),
+        "early_xon_xoff": f.early_xon_xoff.load(Relaxed),
+    })
 }
 
 /// Client start-up failures.
@@ -83,6 +99,7 @@ impl Client {
             std::sync::atomic::Ordering::Relaxed,
         );
         let chanmgr = ChanMgr::new(transport).with_hub(hub.clone());
+        let flow = Arc::new(chanmgr.clone());
         let (d1, d2, d3) = (dir.clone(), dir.clone(), dir.clone());
         let hp = hub.clone();
         let circmgr = CircMgr::new(
@@ -181,6 +198,7 @@ impl Client {
             metrics_addr,
             hub,
             shutdown,
+            flow,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -220,6 +238,7 @@ impl Client {
             "clean_circuit_paths": self.circmgr.clean_circuit_paths(),
             "recent_build_times_ms": recent,
             "circuits": self.circmgr.status(),
+            "flow_control": flow_json(self.flow.flow_stats()),
         })
     }
 

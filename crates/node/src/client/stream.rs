@@ -1,7 +1,11 @@
 //! Application streams on a circuit: open, then pump bytes between a local
-//! socket and the channel reactor with credit-based flow control.
+//! socket and the channel reactor: data goes out through the stream's
+//! [`StreamGate`] and its circuit's queue slots, and every write to the
+//! application is reported back (stream SENDMEs, or XON/XOFF with
+//! congestion control, follow from it).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,11 +14,10 @@ use tokio::sync::{Semaphore, mpsc};
 
 use onionmix_cell::RELAY_DATA_LEN;
 use onionmix_cell::relay::end_reason;
-use onionmix_proto::flow::STREAM_WINDOW_INC;
 
+use crate::gate::StreamGate;
 use crate::reactor::{
     ChanCommand, ChannelHandle, ReactorError, STREAM_EVENT_QUEUE, StreamEvent, StreamRequest,
-    stream_credits,
 };
 
 /// A stream that has been opened (BEGIN/BEGIN_DIR sent and CONNECTED
@@ -25,7 +28,7 @@ pub struct Stream {
     circ_id: u32,
     id: u16,
     events: mpsc::Receiver<StreamEvent>,
-    credits: Arc<Semaphore>,
+    gate: Arc<StreamGate>,
     circ_credits: Arc<Semaphore>,
     ended: bool,
 }
@@ -84,14 +87,11 @@ pub async fn begin(
     req: StreamRequest,
 ) -> Result<Stream, StreamError> {
     let (tx, rx) = mpsc::channel(STREAM_EVENT_QUEUE);
-    let credits = stream_credits();
-    let cr = credits.clone();
-    let id = chan
+    let (id, gate) = chan
         .request(|reply| ChanCommand::OpenStream {
             circ_id,
             req,
             events: tx,
-            credits: cr,
             reply,
         })
         .await?;
@@ -100,7 +100,7 @@ pub async fn begin(
         circ_id,
         id,
         events: rx,
-        credits,
+        gate,
         circ_credits,
         ended: false,
     })
@@ -143,7 +143,7 @@ impl Stream {
     }
 
     /// Send bytes (split into cells), waiting for flow-control credit.
-    pub async fn write_all(&mut self, mut data: &[u8]) -> Result<(), StreamError> {
+    pub async fn write_all(&self, mut data: &[u8]) -> Result<(), StreamError> {
         while !data.is_empty() {
             let n = data.len().min(RELAY_DATA_LEN);
             self.send_cell(Bytes::copy_from_slice(&data[..n])).await?;
@@ -154,7 +154,7 @@ impl Stream {
 
     async fn send_cell(&self, chunk: Bytes) -> Result<(), StreamError> {
         let closed = || StreamError::Reactor(ReactorError::CircuitDestroyed(0));
-        self.credits.acquire().await.map_err(|_| closed())?.forget();
+        self.gate.acquire(chunk.len()).await.map_err(|_| closed())?;
         self.circ_credits
             .acquire()
             .await
@@ -175,13 +175,16 @@ impl Stream {
         self.events.recv().await
     }
 
-    /// Tell the reactor the application consumed a window increment.
-    pub async fn drained(&self) {
+    /// Tell the reactor the application consumed `cells` cells (`bytes`
+    /// bytes) of this stream.
+    pub async fn drained(&self, cells: u32, bytes: usize) {
         let _ = self
             .chan
             .send(ChanCommand::Drained {
                 circ_id: self.circ_id,
                 stream: self.id,
+                cells,
+                bytes,
             })
             .await;
     }
@@ -194,7 +197,6 @@ impl Stream {
         timeout: Duration,
     ) -> Result<Vec<u8>, StreamError> {
         let mut out = Vec::new();
-        let mut cells = 0u16;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let ev = tokio::time::timeout_at(deadline, self.events.recv())
@@ -206,11 +208,7 @@ impl Stream {
                     if out.len() > limit {
                         return Err(StreamError::Unexpected);
                     }
-                    cells += 1;
-                    if cells == STREAM_WINDOW_INC {
-                        cells = 0;
-                        self.drained().await;
-                    }
+                    self.drained(1, d.len()).await;
                 }
                 Some(StreamEvent::End(_)) | None => {
                     self.ended = true;
@@ -222,44 +220,67 @@ impl Stream {
     }
 
     /// Move bytes both ways between `sock` and this stream until either
-    /// side closes. Returns (bytes up, bytes down).
+    /// side closes. Returns (bytes up, bytes down). The two directions run
+    /// concurrently: waiting for flow-control credit upwards never stops
+    /// data from being written to the application (which would make our
+    /// buffer look undrained and, with congestion control, send XOFF and
+    /// advertise a wrong drain rate).
     pub async fn pump<S>(mut self, sock: S, idle_timeout: Duration) -> (u64, u64)
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let (mut rd, mut wr) = tokio::io::split(sock);
-        let mut up = 0u64;
-        let mut down = 0u64;
-        let mut buf = vec![0u8; RELAY_DATA_LEN * 16];
-        let mut out: Vec<u8> = Vec::with_capacity(64 * 1024 + RELAY_DATA_LEN);
-        let mut cells = 0u16;
-        let mut reason = end_reason::DONE;
-        let mut app_open = true;
-        loop {
-            tokio::select! {
-                r = rd.read(&mut buf), if app_open => {
-                    match r {
-                        Ok(0) => { app_open = false; break; }
+        let mut events = std::mem::replace(&mut self.events, mpsc::channel(1).1);
+        let t0 = tokio::time::Instant::now();
+        let ms = move || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let up = AtomicU64::new(0);
+        let down = AtomicU64::new(0);
+        let last_up = AtomicU64::new(0);
+        // `None`: the exit ended the stream; `Some(reason)`: we end it.
+        let outcome: Option<u8> = {
+            let this = &self;
+            let upward = async {
+                let mut buf = vec![0u8; RELAY_DATA_LEN * 16];
+                loop {
+                    match rd.read(&mut buf).await {
+                        Ok(0) => return Some(end_reason::DONE),
                         Ok(n) => {
-                            up += n as u64;
-                            if self.write_all(&buf[..n]).await.is_err() {
-                                reason = end_reason::MISC;
-                                break;
+                            up.fetch_add(n as u64, Ordering::Relaxed);
+                            last_up.store(ms(), Ordering::Relaxed);
+                            if this.write_all(&buf[..n]).await.is_err() {
+                                return Some(end_reason::MISC);
                             }
+                            last_up.store(ms(), Ordering::Relaxed);
                         }
-                        Err(_) => { reason = end_reason::CONNRESET; break; }
+                        Err(_) => return Some(end_reason::CONNRESET),
                     }
                 }
-                ev = tokio::time::timeout(idle_timeout, self.events.recv()) => {
+            };
+            let downward = async {
+                let mut out: Vec<u8> = Vec::with_capacity(64 * 1024 + RELAY_DATA_LEN);
+                loop {
+                    let ev = match tokio::time::timeout(idle_timeout, events.recv()).await {
+                        Ok(ev) => ev,
+                        Err(_) => {
+                            // Idle only if the application sent nothing
+                            // either.
+                            let quiet = ms().saturating_sub(last_up.load(Ordering::Relaxed));
+                            if u128::from(quiet) < idle_timeout.as_millis() {
+                                continue;
+                            }
+                            return Some(end_reason::TIMEOUT);
+                        }
+                    };
                     match ev {
-                        Ok(Some(StreamEvent::Data(d))) => {
-                            // Coalesce whatever else already arrived into one write.
+                        Some(StreamEvent::Data(d)) => {
+                            // Coalesce whatever else already arrived into
+                            // one write.
                             out.clear();
                             out.extend_from_slice(&d);
-                            let mut n_cells = 1u16;
+                            let mut n_cells = 1u32;
                             let mut ended = false;
                             while out.len() < 64 * 1024 {
-                                match self.events.try_recv() {
+                                match events.try_recv() {
                                     Ok(StreamEvent::Data(more)) => {
                                         out.extend_from_slice(&more);
                                         n_cells += 1;
@@ -272,48 +293,41 @@ impl Stream {
                                     Err(_) => break,
                                 }
                             }
-                            down += out.len() as u64;
+                            down.fetch_add(out.len() as u64, Ordering::Relaxed);
                             if wr.write_all(&out).await.is_err() {
-                                reason = end_reason::CONNRESET;
-                                break;
+                                return Some(end_reason::CONNRESET);
                             }
-                            for _ in 0..n_cells {
-                                cells += 1;
-                                if cells == STREAM_WINDOW_INC {
-                                    cells = 0;
-                                    self.drained().await;
-                                }
-                            }
+                            this.drained(n_cells, out.len()).await;
                             if ended {
-                                self.ended = true;
-                                break;
+                                return None;
                             }
                         }
-                        Ok(Some(StreamEvent::End(_))) | Ok(None) => {
-                            self.ended = true;
-                            break;
-                        }
-                        Ok(Some(_)) => {}
-                        Err(_) => { reason = end_reason::TIMEOUT; break; }
+                        Some(StreamEvent::End(_)) | None => return None,
+                        Some(_) => {}
                     }
                 }
+            };
+            tokio::select! {
+                r = upward => r,
+                r = downward => r,
             }
-        }
-        let _ = app_open;
+        };
         let _ = wr.flush().await;
         let _ = wr.shutdown().await;
         if !self.ended {
             self.ended = true;
-            let _ = self
-                .chan
-                .send(ChanCommand::EndStream {
-                    circ_id: self.circ_id,
-                    stream: self.id,
-                    reason,
-                })
-                .await;
+            if let Some(reason) = outcome {
+                let _ = self
+                    .chan
+                    .send(ChanCommand::EndStream {
+                        circ_id: self.circ_id,
+                        stream: self.id,
+                        reason,
+                    })
+                    .await;
+            }
         }
-        (up, down)
+        (up.into_inner(), down.into_inner())
     }
 }
 

@@ -3,13 +3,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
 use onionmix_cell::RELAY_DATA_LEN;
@@ -17,13 +17,19 @@ use onionmix_cell::relay::{
     Begin, Connected, End, RelayCmd, ResolvedAnswer, TargetHost, begin_flags, encode_resolved,
     end_reason,
 };
-use onionmix_proto::flow::STREAM_WINDOW_INC;
+use onionmix_proto::flow::STREAM_WINDOW_START;
+use onionmix_proto::xonxoff::STREAM_BUFFER_EXTRA_CELLS;
 
 use super::RelayCtx;
-use super::reactor::{RCmd, RelayChanHandle, SharedCirc, originate_backward};
+use super::reactor::{
+    DataSend, RCmd, RelayChanHandle, SharedCirc, originate_backward, try_originate_data,
+};
+use crate::gate::StreamGate;
 
-/// Queue depth for client->target data (above the stream window of 500).
-pub const STREAM_QUEUE: usize = 520;
+/// Queue depth for client->target data: the stream window of 500, or the
+/// XOFF threshold plus what a client in slow start may have in flight
+/// when our XOFF reaches it; a client that sends more loses the stream.
+pub const STREAM_QUEUE: usize = STREAM_WINDOW_START as usize + STREAM_BUFFER_EXTRA_CELLS + 20;
 /// Time allowed for DNS resolution at the exit.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed for the TCP connect at the exit.
@@ -56,12 +62,12 @@ pub struct ExitStream {
     pub circ_id: u32,
     /// Stream ID.
     pub stream: u16,
-    /// Circuit crypto.
+    /// Circuit crypto and sending state.
     pub shared: SharedCirc,
-    /// Circuit package-window credits.
-    pub circ_credits: Arc<Semaphore>,
-    /// Stream package-window credits.
-    pub credits: Arc<Semaphore>,
+    /// Woken when the circuit's window opens or the circuit closes.
+    pub window_open: Arc<Notify>,
+    /// The stream's send gate (window or XON/XOFF).
+    pub gate: Arc<StreamGate>,
     /// Data from the client.
     pub data: mpsc::Receiver<Bytes>,
 }
@@ -87,18 +93,27 @@ impl ExitStream {
             stream: self.stream,
         });
     }
+    /// Send one DATA cell once the circuit's window allows.
+    async fn send_cell(&self, chunk: &[u8]) -> bool {
+        loop {
+            let opened = self.window_open.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            match try_originate_data(&self.shared, &self.origin, self.circ_id, self.stream, chunk) {
+                DataSend::Sent => return true,
+                DataSend::Closed => return false,
+                DataSend::WindowClosed => opened.await,
+            }
+        }
+    }
+
     async fn send_data(&self, mut data: &[u8]) -> bool {
         while !data.is_empty() {
             let n = data.len().min(RELAY_DATA_LEN);
-            match self.credits.acquire().await {
-                Ok(p) => p.forget(),
-                Err(_) => return false,
+            if self.gate.acquire(n).await.is_err() {
+                return false;
             }
-            match self.circ_credits.acquire().await {
-                Ok(p) => p.forget(),
-                Err(_) => return false,
-            }
-            if !self.send(RelayCmd::DATA, &data[..n]) {
+            if !self.send_cell(&data[..n]).await {
                 return false;
             }
             // Backpressure on the client link.
@@ -240,83 +255,111 @@ async fn connect(mut s: ExitStream, b: Begin) {
             s.end(end_reason::CONNRESET);
             return;
         }
+        // Written: they count towards the stream's SENDMEs and drain rate
+        // as any other DATA.
+        s.origin.send(RCmd::StreamDrained {
+            circ_id: s.circ_id,
+            stream: s.stream,
+            cells: u32::from(early_cells),
+            bytes: early.len(),
+        });
     }
-    pump(&mut s, rd, wr, early_cells).await;
+    pump(&mut s, rd, wr).await;
 }
 
-/// Move bytes between the target and the circuit; `cells` DATA cells were
-/// already written to the target (optimistic data).
+/// Move data both ways between the target and the circuit until either
+/// side ends. The directions run concurrently: waiting for the circuit's
+/// window towards the client never stops writing the client's data to
+/// the target (which would make our buffer look undrained, send XOFF and
+/// advertise a wrong drain rate with congestion control).
 async fn pump(
     s: &mut ExitStream,
     mut rd: tokio::net::tcp::OwnedReadHalf,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut cells: u16,
 ) {
-    let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
-    while cells >= STREAM_WINDOW_INC {
-        cells -= STREAM_WINDOW_INC;
-        s.origin.send(RCmd::StreamDrained {
-            circ_id: s.circ_id,
-            stream: s.stream,
-        });
-    }
-    loop {
-        tokio::select! {
-            r = rd.read(&mut buf) => match r {
+    let mut data = std::mem::replace(&mut s.data, mpsc::channel(1).1);
+    let t0 = tokio::time::Instant::now();
+    let ms = move || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let last_down = AtomicU64::new(0);
+    let s: &ExitStream = s;
+    // Target -> client.
+    let downward = async {
+        let mut buf = vec![0u8; RELAY_DATA_LEN * 32];
+        loop {
+            match rd.read(&mut buf).await {
                 Ok(0) => {
                     // Target closed: tell the client (tor sends END DONE).
                     s.end(end_reason::DONE);
                     return;
                 }
                 Ok(n) => {
-                    s.ctx.stats.exit_bytes_down.fetch_add(n as u64, Ordering::Relaxed);
+                    last_down.store(ms(), Ordering::Relaxed);
+                    s.ctx
+                        .stats
+                        .exit_bytes_down
+                        .fetch_add(n as u64, Ordering::Relaxed);
                     if !s.send_data(&buf[..n]).await {
                         return;
                     }
+                    last_down.store(ms(), Ordering::Relaxed);
                 }
                 Err(_) => {
                     s.end(end_reason::CONNRESET);
                     return;
                 }
-            },
-            d = tokio::time::timeout(STREAM_IDLE, s.data.recv()) => match d {
-                Ok(Some(d)) => {
-                    // Coalesce queued cells into one write.
-                    let mut out = d.to_vec();
-                    let mut n_cells = 1u16;
-                    while out.len() < 64 * 1024 {
-                        match s.data.try_recv() {
-                            Ok(more) => {
-                                out.extend_from_slice(&more);
-                                n_cells += 1;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    s.ctx.stats.exit_bytes_up.fetch_add(out.len() as u64, Ordering::Relaxed);
-                    if wr.write_all(&out).await.is_err() {
-                        s.end(end_reason::CONNRESET);
-                        return;
-                    }
-                    for _ in 0..n_cells {
-                        cells += 1;
-                        if cells == STREAM_WINDOW_INC {
-                            cells = 0;
-                            s.origin.send(RCmd::StreamDrained { circ_id: s.circ_id, stream: s.stream });
-                        }
-                    }
-                }
+            }
+        }
+    };
+    // Client -> target.
+    let upward = async {
+        loop {
+            let d = match tokio::time::timeout(STREAM_IDLE, data.recv()).await {
+                Ok(Some(d)) => d,
                 // The client ended the stream or the circuit died.
                 Ok(None) => {
                     let _ = wr.shutdown().await;
                     return;
                 }
                 Err(_) => {
+                    let quiet = ms().saturating_sub(last_down.load(Ordering::Relaxed));
+                    if u128::from(quiet) < STREAM_IDLE.as_millis() {
+                        continue;
+                    }
                     s.end(end_reason::TIMEOUT);
                     return;
                 }
-            },
+            };
+            // Coalesce queued cells into one write.
+            let mut out = d.to_vec();
+            let mut n_cells = 1u32;
+            while out.len() < 64 * 1024 {
+                match data.try_recv() {
+                    Ok(more) => {
+                        out.extend_from_slice(&more);
+                        n_cells += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            s.ctx
+                .stats
+                .exit_bytes_up
+                .fetch_add(out.len() as u64, Ordering::Relaxed);
+            if wr.write_all(&out).await.is_err() {
+                s.end(end_reason::CONNRESET);
+                return;
+            }
+            s.origin.send(RCmd::StreamDrained {
+                circ_id: s.circ_id,
+                stream: s.stream,
+                cells: n_cells,
+                bytes: out.len(),
+            });
         }
+    };
+    tokio::select! {
+        () = downward => {}
+        () = upward => {}
     }
 }
 

@@ -8,6 +8,7 @@ pub mod exit;
 pub mod extend;
 pub mod hs;
 pub mod idle;
+pub mod netparams;
 pub mod oom;
 pub mod publish;
 pub mod reactor;
@@ -29,6 +30,7 @@ use onionmix_crypto::NtorSecretKey;
 use onionmix_crypto::keys::RelayKeys;
 use onionmix_crypto::x509::TlsIdentity;
 use onionmix_link::{TlsTransport, spawn_channel_io};
+use onionmix_proto::cc::CcParams;
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandshake};
 use onionmix_proto::exitpolicy::ExitPolicy;
 
@@ -75,6 +77,16 @@ pub struct RelayStats {
     pub optimistic_bytes: AtomicU64,
     /// Exit streams that carried optimistic data.
     pub optimistic_streams: AtomicU64,
+    /// Circuits on which a client negotiated congestion control with us.
+    pub cc_circuits: AtomicU64,
+    /// XOFFs sent (our buffer towards a target filled).
+    pub xoff_sent: AtomicU64,
+    /// XONs sent.
+    pub xon_sent: AtomicU64,
+    /// XOFFs received from clients.
+    pub xoff_received: AtomicU64,
+    /// XONs received from clients.
+    pub xon_received: AtomicU64,
 }
 
 /// Everything the relay's tasks share.
@@ -112,6 +124,8 @@ pub struct RelayCtx {
     /// Onion-service roles: HSDir store, introduction and rendezvous
     /// tables, their counters.
     pub hs: hs::HsRelay,
+    /// Consensus parameters (congestion and flow control, SENDMEs).
+    cc_params: RwLock<Arc<CcParams>>,
 }
 
 impl RelayCtx {
@@ -122,6 +136,17 @@ impl RelayCtx {
     /// Replace the ntor keys (rotation).
     pub fn set_ntor_keys(&self, k: Vec<NtorSecretKey>) {
         *self.ntor.write().unwrap_or_else(|e| e.into_inner()) = k;
+    }
+    /// The current consensus parameters.
+    pub fn cc_params(&self) -> Arc<CcParams> {
+        self.cc_params
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// Replace the consensus parameters (a new consensus).
+    pub fn set_cc_params(&self, p: CcParams) {
+        *self.cc_params.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
     }
     pub(crate) fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -219,6 +244,7 @@ pub fn make_ctx(
         known,
         queues: Arc::default(),
         hs: hs::HsRelay::new(cfg_hs),
+        cc_params: RwLock::default(),
     }))
 }
 
@@ -430,6 +456,47 @@ pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
     }
 }
 
+/// The relay's counters as JSON (also written to `<data_dir>/status.json`
+/// about every second by a running relay).
+pub fn status(ctx: &RelayCtx) -> serde_json::Value {
+    let s = &ctx.stats;
+    let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let cc = ctx.cc_params();
+    serde_json::json!({
+        "channels": s.channels.load(Ordering::Relaxed),
+        "circuits": s.circuits.load(Ordering::Relaxed),
+        "circuits_created": n(&s.circuits_created),
+        "streams": n(&s.streams),
+        "cells_forwarded": n(&s.cells_forwarded),
+        "exit_bytes_down": n(&s.exit_bytes_down),
+        "exit_bytes_up": n(&s.exit_bytes_up),
+        "congestion_control": {
+            "enabled": cc.enabled(),
+            "sendme_inc": cc.sendme_inc,
+            "cc_circuits": n(&s.cc_circuits),
+            "xoff_sent": n(&s.xoff_sent),
+            "xon_sent": n(&s.xon_sent),
+            "xoff_received": n(&s.xoff_received),
+            "xon_received": n(&s.xon_received),
+        },
+    })
+}
+
+async fn write_status_forever(ctx: Arc<RelayCtx>) {
+    let path = ctx.cfg.data_dir.join("status.json");
+    let mut last = String::new();
+    loop {
+        let text = status(&ctx).to_string();
+        if text != last {
+            if onionmix_fsutil::write_atomic(&path, &text).is_err() {
+                debug!("cannot write {}", path.display());
+            }
+            last = text;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Load the relay's keys from `<data_dir>/keys`, generating them on first
 /// start.
 pub fn load_or_generate_keys(data_dir: &std::path::Path) -> Result<RelayKeys, String> {
@@ -492,6 +559,8 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
         hex::encode_upper(ctx.rsa_id)
     );
     tokio::spawn(publish::publish_loop(ctx.clone()));
+    tokio::spawn(netparams::netparams_loop(ctx.clone()));
+    tokio::spawn(write_status_forever(ctx.clone()));
     tokio::spawn(rotate::rotation_loop(ctx.clone()));
     tokio::spawn(statsfile::stats_loop(ctx.clone()));
     let load = ctx.clone();

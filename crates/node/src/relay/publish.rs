@@ -15,16 +15,16 @@ use onionmix_netdoc::routerdesc::{self, DescriptorParams};
 use super::RelayCtx;
 
 /// Subprotocols this relay implements, apart from `DirCache` and `HSDir`
-/// (introduction point with and without proposal 305's DoS extension,
+/// (FlowCtrl=2: congestion control, proposal 324, as an exit;
+/// introduction point with and without proposal 305's DoS extension,
 /// rendezvous point).
-pub const PROTOCOLS: &str =
-    "Cons=1-2 Desc=1-2 FlowCtrl=1 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+pub const PROTOCOLS: &str = "Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 /// The same with `DirCache=2` and `HSDir=2`: what a relay that answers
 /// `BEGIN_DIR` says (clients, Arti's among them, take only directory
 /// caches with `DirCache=2` as guards; onion-service descriptors are
 /// published and fetched over `BEGIN_DIR`, so only a directory cache is
 /// an HSDir).
-pub const PROTOCOLS_WITH_DIR_CACHE: &str = "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
+pub const PROTOCOLS_WITH_DIR_CACHE: &str = "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 
 /// What the descriptor's `proto` line says, true to what this relay
 /// serves.

@@ -47,6 +47,8 @@ pub async fn start_relay(
         ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: false,
         optimistic_data: true,
+        flowctrl_cc: false,
+        params: None,
     };
     (ctx, target)
 }

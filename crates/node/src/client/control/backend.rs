@@ -628,6 +628,7 @@ impl Backend for ClientBackend {
             .ok_or_else(|| CmdError::new(551, "Couldn't start circuit"))?;
         let hops: Vec<HopTarget> = match path {
             Some(names) => {
+                let params = Arc::new(onionmix_proto::cc::CcParams::from_consensus(nd.params()));
                 let mut hops = Vec::new();
                 for n in &names {
                     let (rid, has_md) = find_relay(&nd, n)
@@ -636,7 +637,7 @@ impl Backend for ClientBackend {
                         .relay(&RelayId(rid))
                         .filter(|_| has_md)
                         .ok_or_else(|| CmdError::new(552, format!("No descriptor for \"{n}\"")))?;
-                    hops.push(DirMgr::hop(r));
+                    hops.push(DirMgr::hop(r, &params));
                 }
                 hops
             }

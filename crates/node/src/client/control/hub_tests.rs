@@ -18,6 +18,8 @@ fn hop(n: u8) -> HopTarget {
         ntor_key: [0; 32],
         ntor_v3: false,
         optimistic_data: false,
+        flowctrl_cc: false,
+        params: None,
     }
 }
 

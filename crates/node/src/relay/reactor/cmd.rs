@@ -122,20 +122,34 @@ impl Reactor {
                     self.circuit_gone();
                 }
             }
-            RCmd::StreamDrained { circ_id, stream } => {
-                let due = match self.origins.get_mut(&circ_id) {
-                    Some(o) => o.circ.stream_drained(stream),
-                    None => false,
-                };
-                if due {
-                    self.originate(circ_id, RelayCmd::SENDME, stream, &[]);
+            RCmd::StreamDrained {
+                circ_id,
+                stream,
+                cells,
+                bytes,
+            } => {
+                let mut msgs = Vec::new();
+                if let Some(o) = self.origins.get_mut(&circ_id)
+                    && let Some(s) = o.streams.get_mut(&stream)
+                {
+                    s.buffered = s.buffered.saturating_sub(bytes);
+                    let buffered = s.buffered;
+                    o.circ.stream_drained(
+                        stream,
+                        cells,
+                        bytes,
+                        buffered,
+                        Instant::now(),
+                        &mut msgs,
+                    );
                 }
+                self.send_flow(circ_id, stream, &msgs);
             }
             RCmd::StreamClosed { circ_id, stream } => {
                 if let Some(o) = self.origins.get_mut(&circ_id) {
                     o.circ.stream_closed(stream);
                     if let Some(s) = o.streams.remove(&stream) {
-                        s.credits.close();
+                        s.gate.close();
                     }
                 }
             }

@@ -3,6 +3,7 @@
 //! installing the new circuit as an origin entry.
 
 use super::*;
+use onionmix_proto::cc::negotiate;
 
 impl Reactor {
     pub(super) fn refill_tokens(&mut self) {
@@ -55,7 +56,7 @@ impl Reactor {
         let mut reply = Vec::with_capacity(40);
         reply.extend_from_slice(&y);
         reply.extend_from_slice(&ckeys.kh);
-        self.install_origin(id, Cmd::CREATED_FAST, &reply, &ckeys);
+        self.install_origin(id, Cmd::CREATED_FAST, &reply, &ckeys, None);
     }
 
     pub(super) fn handle_create2(&mut self, id: u32, payload: &[u8]) {
@@ -67,6 +68,9 @@ impl Reactor {
             return;
         };
         let keys = self.ctx.ntor_keys();
+        let params = self.ctx.cc_params();
+        // Set when the client asked for congestion control and we agreed.
+        let mut cc: Option<u8> = None;
         let res = match c.htype {
             HTYPE_NTOR => onionmix_crypto::ntor_server(
                 &self.ctx.rsa_id,
@@ -76,10 +80,27 @@ impl Reactor {
             )
             .map(|(r, k)| (r.to_vec(), k)),
             HTYPE_NTOR_V3 => {
-                // No extensions are accepted yet (no congestion control, so
-                // no CC_RESPONSE: the client keeps using SENDME windows).
-                let mut answer =
-                    |_client_msg: &[u8]| Some(onionmix_crypto::ntor_v3::encode_extensions(&[]));
+                // The client's message is an extension list (an unparsable
+                // one fails the handshake, as in tor). We answer a
+                // congestion-control request with our consensus view of
+                // `cc_sendme_inc` when the consensus enables `cc_alg`.
+                let mut answer = |client_msg: &[u8]| {
+                    let exts = onionmix_crypto::ntor_v3::parse_extensions(client_msg).ok()?;
+                    let asked =
+                        negotiate::client_requested(exts.iter().map(|e| (e.ext_type, &e.data[..])));
+                    cc = (asked && params.enabled()).then_some(params.sendme_inc);
+                    let reply: Vec<onionmix_crypto::ntor_v3::Ntor3Extension> =
+                        negotiate::exit_extensions(cc)
+                            .into_iter()
+                            .map(
+                                |(ext_type, data)| onionmix_crypto::ntor_v3::Ntor3Extension {
+                                    ext_type,
+                                    data,
+                                },
+                            )
+                            .collect();
+                    Some(onionmix_crypto::ntor_v3::encode_extensions(&reply))
+                };
                 onionmix_crypto::ntor_v3::ntor3_server(
                     &self.ctx.ed_id,
                     &keys,
@@ -104,22 +125,30 @@ impl Reactor {
             }
         };
         let created = Created2 { hdata: reply };
-        self.install_origin(id, Cmd::CREATED2, &created.encode(), &ckeys);
+        self.install_origin(id, Cmd::CREATED2, &created.encode(), &ckeys, cc);
     }
 
     /// Answer a CREATE*/CREATE_FAST with `cmd`/`payload` and start the
-    /// circuit with `ckeys`.
+    /// circuit with `ckeys`; `cc` is the SENDME increment when congestion
+    /// control was negotiated.
     pub(super) fn install_origin(
         &mut self,
         id: u32,
         cmd: Cmd,
         payload: &[u8],
         ckeys: &onionmix_crypto::CircuitKeys,
+        cc: Option<u8>,
     ) {
+        let params = self.ctx.cc_params();
         let shared = Arc::new(Mutex::new(Shared {
             layer: Tor1Layer::new(ckeys),
-            pkg: PackageWindow::circuit(),
+            sender: new_sender(&params, cc),
+            closed: false,
         }));
+        if cc.is_some() {
+            self.ctx.stats.cc_circuits.fetch_add(1, Ordering::Relaxed);
+            debug!("circuit with congestion control (sendme_inc {:?})", cc);
+        }
         if let Ok(cell) = RawCell::fixed(id, cmd, payload)
             && let Some(b) = cell.body()
         {
@@ -129,12 +158,16 @@ impl Reactor {
         self.origins.insert(
             id,
             Origin {
-                circ: RelayCircuit::new(Box::new(SharedFwd(shared.clone()))),
+                circ: RelayCircuit::new(
+                    Box::new(SharedFwd(shared.clone())),
+                    cc.map(|inc| (params.clone(), inc)),
+                ),
                 shared,
                 next: None,
                 streams: HashMap::new(),
-                circ_credits: Arc::new(Semaphore::new(CIRC_WINDOW_START as usize)),
                 hs: hs::HsState::new(ckeys.kh),
+                window_open: Arc::new(Notify::new()),
+                params,
             },
         );
         self.circuit_added();

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use rand::Rng;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tracing::{debug, trace};
 
 use onionmix_cell::chan::{
@@ -27,10 +27,13 @@ use onionmix_cell::relay::{self, RelayCmd, Sendme, end_reason};
 use onionmix_cell::{CellBody, CellCodec, PAYLOAD_LEN, RawCell};
 use onionmix_crypto::Tor1Layer;
 use onionmix_link::{ChannelIo, ChannelWriter};
+use onionmix_proto::cc::{CcParams, CcPath, ChanSignal, CircSender};
 use onionmix_proto::channel::ProvenIds;
-use onionmix_proto::flow::{CIRC_WINDOW_INC, CIRC_WINDOW_START, PackageWindow, STREAM_WINDOW_INC};
 use onionmix_proto::layer::RelayLayer;
 use onionmix_proto::relay_circ::{Inbound, RelayCircuit};
+use onionmix_proto::xonxoff::StreamFlowMsg;
+
+use crate::gate::StreamGate;
 
 use super::RelayCtx;
 use super::exit;
@@ -55,8 +58,11 @@ pub const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 pub struct Shared {
     /// tor1 state (both directions).
     pub layer: Tor1Layer,
-    /// Exit side: the circuit package window towards the client.
-    pub pkg: PackageWindow,
+    /// Exit side: what may be sent towards the client (the fixed circuit
+    /// window, or congestion control) and the SENDME digests.
+    pub sender: CircSender,
+    /// The circuit is gone: exit streams stop.
+    pub closed: bool,
 }
 
 /// A shared circuit state handle.
@@ -145,12 +151,16 @@ pub enum RCmd {
         /// Next-side circuit ID.
         circ_id: u32,
     },
-    /// (to the origin channel) An exit stream's app side consumed a window.
+    /// (to the origin channel) An exit stream wrote data to its target.
     StreamDrained {
         /// Circuit.
         circ_id: u32,
         /// Stream.
         stream: u16,
+        /// DATA cells written.
+        cells: u32,
+        /// Bytes written.
+        bytes: usize,
     },
     /// (to the origin channel) An exit stream finished (END already sent).
     StreamClosed {
@@ -196,10 +206,13 @@ impl RelayChanHandle {
 
 /// An exit stream as the origin reactor sees it.
 pub struct StreamTx {
-    /// Data from the client to the target (bounded by the stream window).
+    /// Data from the client to the target (bounded: the stream window, or
+    /// the XOFF threshold plus what a client may have in flight).
     pub data: mpsc::Sender<Bytes>,
-    /// Stream package-window credits (exit -> client).
-    pub credits: Arc<Semaphore>,
+    /// The stream's send gate (exit -> client).
+    pub gate: Arc<StreamGate>,
+    /// Bytes queued in `data` not yet reported written.
+    pub buffered: usize,
 }
 
 struct Origin {
@@ -207,9 +220,11 @@ struct Origin {
     shared: SharedCirc,
     next: Option<NextLink>,
     streams: HashMap<u16, StreamTx>,
-    circ_credits: Arc<Semaphore>,
     /// Onion-service role (introduction / rendezvous point).
     hs: hs::HsState,
+    /// Woken when the circuit's window opens (or it closes).
+    window_open: Arc<Notify>,
+    params: Arc<CcParams>,
 }
 
 struct Next {
@@ -430,9 +445,10 @@ impl Reactor {
         if let Some(o) = self.origins.remove(&id) {
             self.circuit_gone();
             self.hs_circuit_gone(o.hs);
-            o.circ_credits.close();
+            lock(&o.shared).closed = true;
+            o.window_open.notify_waiters();
             for (_, s) in o.streams {
-                s.credits.close();
+                s.gate.close();
             }
             if let Some(n) = o.next {
                 let mut body = [0u8; PAYLOAD_LEN];
@@ -549,7 +565,8 @@ fn fwd_buf_in<'a>(
 /// Encrypt a cell originated at this relay towards the client and queue it
 /// on the client-side channel, inside the circuit lock so that cells from
 /// the reactor and from exit streams keep the order they were encrypted in.
-/// Returns the digest (SENDME tag) and whether the channel took it.
+/// Returns whether the channel took it. DATA goes through
+/// [`try_originate_data`] instead.
 pub fn originate_backward(
     shared: &SharedCirc,
     chan: &RelayChanHandle,
@@ -565,12 +582,72 @@ pub fn originate_backward(
     }
     let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);
     let mut g = lock(shared);
-    let tag = g.layer.originate_backward(&mut body);
-    if cmd == RelayCmd::DATA {
-        let trig = g.pkg.next_triggers_sendme();
-        g.pkg.on_sent(trig.then_some(tag));
-    }
+    g.layer.originate_backward(&mut body);
     chan.codec
         .encode_fixed(circ_id, Cmd::RELAY, &body, &mut buf);
     chan.writer.send_now(buf)
+}
+
+/// What became of an attempt to send a DATA cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataSend {
+    /// Encrypted and queued on the client's channel.
+    Sent,
+    /// The circuit's window (or congestion window) is closed: wait for a
+    /// SENDME (the circuit's `window_open` notification) and try again.
+    WindowClosed,
+    /// The circuit or channel is gone.
+    Closed,
+}
+
+/// Send one DATA cell towards the client if the circuit's window allows,
+/// checking and accounting for it (SENDME digest, congestion window) in
+/// the same critical section as the encryption.
+pub fn try_originate_data(
+    shared: &SharedCirc,
+    chan: &RelayChanHandle,
+    circ_id: u32,
+    sid: u16,
+    data: &[u8],
+) -> DataSend {
+    let mut body = [0u8; PAYLOAD_LEN];
+    let mut rng = rand::thread_rng();
+    if relay::write(&mut body, RelayCmd::DATA, sid, data, |p| rng.fill(p)).is_err() {
+        return DataSend::Closed;
+    }
+    let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);
+    let mut g = lock(shared);
+    if g.closed {
+        return DataSend::Closed;
+    }
+    if !g.sender.can_send() {
+        return DataSend::WindowClosed;
+    }
+    let tag = g.layer.originate_backward(&mut body);
+    g.sender.on_sent(tag, Instant::now());
+    chan.codec
+        .encode_fixed(circ_id, Cmd::RELAY, &body, &mut buf);
+    if chan.writer.send_now(buf) {
+        DataSend::Sent
+    } else {
+        DataSend::Closed
+    }
+}
+
+/// Whether `writer`'s queue counts as blocked for congestion control.
+pub fn chan_signal(writer: &ChannelWriter, p: &CcParams) -> ChanSignal {
+    let queued = writer.queued_bytes();
+    ChanSignal {
+        blocked: queued > p.chan_blocked_bytes(),
+        queued_cells: (queued / onionmix_cell::CELL_LEN) as u64,
+    }
+}
+
+/// A new circuit's sending side: congestion control with `cc_sendme_inc`
+/// if negotiated, else the fixed window.
+pub fn new_sender(p: &CcParams, cc_sendme_inc: Option<u8>) -> CircSender {
+    match cc_sendme_inc {
+        Some(inc) => CircSender::vegas(p, CcPath::Exit, inc),
+        None => CircSender::fixed(p.sendme_accept_min_version),
+    }
 }

@@ -16,6 +16,22 @@ impl Reactor {
         originate_backward(&o.shared, &self.me, id, cmd, sid, data);
     }
 
+    /// Send stream flow-control messages (stream SENDMEs, XON, XOFF).
+    pub(super) fn send_flow(&mut self, id: u32, sid: u16, msgs: &[StreamFlowMsg]) {
+        for m in msgs {
+            let stat = match m {
+                StreamFlowMsg::Xoff => Some(&self.ctx.stats.xoff_sent),
+                StreamFlowMsg::Xon(_) => Some(&self.ctx.stats.xon_sent),
+                StreamFlowMsg::Sendme => None,
+            };
+            if let Some(c) = stat {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            let (cmd, body) = m.encode();
+            self.originate(id, cmd, sid, &body);
+        }
+    }
+
     pub(super) fn origin_relay(&mut self, id: u32, early: bool, body: &mut CellBody) {
         if self.origins.get(&id).is_some_and(|o| o.hs.is_waiting()) {
             self.hs_poll_join(id);
@@ -26,7 +42,10 @@ impl Reactor {
         let handled = match o.circ.handle_inbound(early, body) {
             Ok(h) => h,
             Err(e) => {
-                debug!("closing circuit: {e}");
+                debug!(
+                    "closing circuit: {e} (relay header {})",
+                    hex::encode(&body[..11])
+                );
                 self.drop_origin(id, true);
                 return;
             }
@@ -82,37 +101,70 @@ impl Reactor {
                 self.open_exit_stream(id, stream, exit::Request::Resolve(name));
             }
             Inbound::Data { stream, data } => {
+                let len = data.len();
                 let data = Bytes::copy_from_slice(data);
-                if let Some(s) = o.streams.get(&stream)
-                    && s.data.try_send(data).is_err()
-                {
+                let Some(s) = o.streams.get_mut(&stream) else {
+                    return self.after_inbound(id, circ_sendme);
+                };
+                if s.data.try_send(data).is_err() {
                     // Flow control guarantees room; a full queue means
-                    // the client ignored the stream window.
+                    // the client ignored the stream window or our XOFF.
                     o.circ.stream_closed(stream);
                     if let Some(s) = o.streams.remove(&stream) {
-                        s.credits.close();
+                        s.gate.close();
                     }
                     self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+                } else {
+                    s.buffered = s.buffered.saturating_add(len);
+                    let buffered = s.buffered;
+                    if let Some(m) = o.circ.stream_buffered(stream, buffered, Instant::now()) {
+                        self.send_flow(id, stream, &[m]);
+                    }
                 }
             }
             Inbound::End { stream, .. } => {
                 if let Some(s) = o.streams.remove(&stream) {
-                    s.credits.close();
+                    s.gate.close();
                 }
             }
-            Inbound::Sendme { stream: 0, tag } => {
-                let ok = lock(&o.shared).pkg.on_sendme(tag.as_ref()).is_ok();
-                if ok {
-                    o.circ_credits.add_permits(CIRC_WINDOW_INC as usize);
-                } else {
-                    debug!("bad circuit SENDME; closing circuit");
+            Inbound::Sendme { stream: 0, msg } => {
+                let chan = chan_signal(&self.me.writer, &o.params);
+                let res = {
+                    let mut g = lock(&o.shared);
+                    let r = g.sender.on_sendme(&msg, Instant::now(), chan);
+                    trace!(cc = ?g.sender.snapshot(), ?chan, "circuit SENDME");
+                    r
+                };
+                match res {
+                    Ok(()) => o.window_open.notify_waiters(),
+                    Err(e) => {
+                        debug!("bad circuit SENDME ({e}); closing circuit");
+                        self.drop_origin(id, true);
+                        return;
+                    }
+                }
+            }
+            Inbound::Sendme { stream, .. } => {
+                if let Some(s) = o.streams.get(&stream)
+                    && let Err(e) = s.gate.on_sendme()
+                {
+                    debug!("bad stream SENDME ({e}); closing circuit");
                     self.drop_origin(id, true);
                     return;
                 }
             }
-            Inbound::Sendme { stream, .. } => {
+            Inbound::Xoff { stream } => {
+                debug!("XOFF for an exit stream");
+                self.ctx.stats.xoff_received.fetch_add(1, Ordering::Relaxed);
                 if let Some(s) = o.streams.get(&stream) {
-                    s.credits.add_permits(STREAM_WINDOW_INC as usize);
+                    s.gate.on_xoff();
+                }
+            }
+            Inbound::Xon { stream, kbps } => {
+                debug!("XON for an exit stream ({kbps} kB/s)");
+                self.ctx.stats.xon_received.fetch_add(1, Ordering::Relaxed);
+                if let Some(s) = o.streams.get(&stream) {
+                    s.gate.on_xon(kbps);
                 }
             }
             Inbound::Truncate => {
@@ -129,6 +181,11 @@ impl Reactor {
             Inbound::OnionService { cmd, data, .. } => self.hs_cell(id, cmd, data),
             Inbound::Nothing => {}
         }
+        self.after_inbound(id, circ_sendme);
+    }
+
+    /// Send the circuit-level SENDME a DATA cell made due.
+    fn after_inbound(&mut self, id: u32, circ_sendme: Option<[u8; 20]>) {
         if let Some(d) = circ_sendme {
             let m = Sendme::Authenticated(d).encode();
             self.originate(id, RelayCmd::SENDME, 0, &m);
@@ -140,14 +197,13 @@ impl Reactor {
             return;
         };
         let (tx, rx) = mpsc::channel(exit::STREAM_QUEUE);
-        let credits = Arc::new(Semaphore::new(
-            onionmix_proto::flow::STREAM_WINDOW_START as usize,
-        ));
+        let gate = Arc::new(StreamGate::for_circuit(o.circ.is_cc()));
         o.streams.insert(
             sid,
             StreamTx {
                 data: tx,
-                credits: credits.clone(),
+                gate: gate.clone(),
+                buffered: 0,
             },
         );
         let s = exit::ExitStream {
@@ -156,8 +212,8 @@ impl Reactor {
             circ_id: id,
             stream: sid,
             shared: o.shared.clone(),
-            circ_credits: o.circ_credits.clone(),
-            credits,
+            window_open: o.window_open.clone(),
+            gate,
             data: rx,
         };
         tokio::spawn(exit::run(s, req));

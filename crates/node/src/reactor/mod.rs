@@ -3,218 +3,58 @@
 //! routes stream data to bounded per-stream queues, and batches outbound
 //! cells into one write.
 //!
-//! Flow control towards the network is credit based: a stream writer
-//! acquires one permit from its stream's semaphore (the stream package
-//! window, 500) and one from its circuit's (the circuit package window,
-//! 1000) per DATA cell; the reactor adds permits when SENDMEs arrive. So
-//! the reactor never has to buffer data that the windows do not allow.
+//! Flow control towards the network: a stream writer first passes its
+//! stream's [`StreamGate`] (the 500-cell stream window, or XON/XOFF with
+//! congestion control), then takes one of its circuit's queue slots
+//! ([`CIRC_QUEUE_SLOTS`]) per DATA cell. The reactor queues the cell and
+//! packages it when the circuit's window allows (the fixed 1000-cell
+//! window, or the congestion window), returning the slot. So a circuit
+//! never buffers more than its slots here, whatever its window.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use rand::Rng;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, trace};
 
-use onionmix_cell::chan::{ChanCmd as Cmd, Create2, Created2, destroy_reason};
-use onionmix_cell::relay::{Begin, Extend2, ResolvedAnswer, end_reason};
+use onionmix_cell::chan::{ChanCmd as Cmd, Created2, destroy_reason};
+use onionmix_cell::relay::end_reason;
 use onionmix_cell::{CellCodec, RawCell};
 use onionmix_link::ChannelIo;
-use onionmix_proto::client_circ::{CircEvent, ClientCircuit, OutCell};
-use onionmix_proto::flow::{
-    CIRC_WINDOW_INC, CIRC_WINDOW_START, STREAM_WINDOW_INC, STREAM_WINDOW_START,
-};
-use onionmix_proto::layer::ClientLayer;
+use onionmix_proto::cc::ChanSignal;
+use onionmix_proto::client_circ::{CircEvent, CircStats, ClientCircuit, OutCell};
 
-/// Most circuits one client channel carries.
-pub const MAX_CIRCUITS_PER_CHANNEL: usize = 4096;
-/// Depth of the command queue into a reactor.
-const CMD_QUEUE: usize = 1024;
-/// Depth of a stream's inbound event queue: more than a full stream window
-/// plus the control events, so a peer that respects flow control never
-/// finds it full.
-pub const STREAM_EVENT_QUEUE: usize = STREAM_WINDOW_START as usize + 16;
+use crate::gate::StreamGate;
 
-/// Errors reported to callers of a channel.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum ReactorError {
-    /// The channel is closed.
-    #[error("channel closed: {0}")]
-    ChannelClosed(String),
-    /// The circuit was destroyed.
-    #[error("circuit destroyed ({})", destroy_reason::name(*.0))]
-    CircuitDestroyed(u8),
-    /// Something the circuit machine refused.
-    #[error("circuit error: {0}")]
-    Circuit(String),
-    /// Too many circuits on this channel.
-    #[error("too many circuits on this channel")]
-    TooManyCircuits,
-}
-
-/// What the application side of a stream receives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamEvent {
-    /// CONNECTED.
-    Connected(Option<IpAddr>),
-    /// Data.
-    Data(Bytes),
-    /// END (or the circuit died: reason DESTROY).
-    End(u8),
-    /// RESOLVED.
-    Resolved(Vec<ResolvedAnswer>),
-}
-
-/// How to open a stream.
-#[derive(Debug, Clone)]
-pub enum StreamRequest {
-    /// RELAY_BEGIN.
-    Begin(Begin),
-    /// RELAY_BEGIN_DIR.
-    BeginDir,
-    /// RELAY_RESOLVE of a name (or an in-addr.arpa name).
-    Resolve(String),
-}
-
-type Reply<T> = oneshot::Sender<Result<T, ReactorError>>;
-
-/// Commands into a reactor.
-pub enum ChanCommand {
-    /// Send CREATE2 on a new circuit ID; reply with the ID and CREATED2.
-    Create {
-        /// The handshake.
-        create2: Create2,
-        /// Reply.
-        reply: Reply<(u32, Created2)>,
-    },
-    /// Install the first hop's crypto on a created circuit.
-    Install {
-        /// Circuit.
-        circ_id: u32,
-        /// First hop.
-        layer: Box<dyn ClientLayer>,
-        /// Circuit-level send credits (shared with stream writers).
-        credits: Arc<Semaphore>,
-    },
-    /// Send EXTEND2; reply with EXTENDED2's body.
-    Extend {
-        /// Circuit.
-        circ_id: u32,
-        /// The message.
-        msg: Extend2,
-        /// Reply.
-        reply: Reply<Created2>,
-    },
-    /// Add a hop after EXTENDED2.
-    AddHop {
-        /// Circuit.
-        circ_id: u32,
-        /// The hop's crypto.
-        layer: Box<dyn ClientLayer>,
-    },
-    /// Open a stream at the last hop.
-    OpenStream {
-        /// Circuit.
-        circ_id: u32,
-        /// What to open.
-        req: StreamRequest,
-        /// Where to deliver the stream's events.
-        events: mpsc::Sender<StreamEvent>,
-        /// Stream-level send credits.
-        credits: Arc<Semaphore>,
-        /// Reply with the stream ID.
-        reply: Reply<u16>,
-    },
-    /// Send stream data (at most 498 bytes; credits already acquired).
-    Data {
-        /// Circuit.
-        circ_id: u32,
-        /// Stream.
-        stream: u16,
-        /// Bytes.
-        data: Bytes,
-    },
-    /// The application consumed 50 cells of data on a stream.
-    Drained {
-        /// Circuit.
-        circ_id: u32,
-        /// Stream.
-        stream: u16,
-    },
-    /// Close a stream.
-    EndStream {
-        /// Circuit.
-        circ_id: u32,
-        /// Stream.
-        stream: u16,
-        /// END reason.
-        reason: u8,
-    },
-    /// Tear the circuit down.
-    Destroy {
-        /// Circuit.
-        circ_id: u32,
-    },
-}
-
-/// A cloneable handle to a channel's reactor.
-#[derive(Clone, Debug)]
-pub struct ChannelHandle {
-    tx: mpsc::Sender<ChanCommand>,
-    closed: Arc<AtomicBool>,
-    /// RSA identity of the peer.
-    pub peer_rsa_id: [u8; 20],
-    /// Ed25519 identity of the peer, if it proved one.
-    pub peer_ed_id: Option<[u8; 32]>,
-    /// Where circuits built on this channel report to the control port.
-    pub hub: Option<Arc<crate::client::control::hub::ControlHub>>,
-}
-
-impl ChannelHandle {
-    /// Whether the reactor has exited.
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed) || self.tx.is_closed()
-    }
-    /// Send a command to the reactor.
-    pub async fn send(&self, cmd: ChanCommand) -> Result<(), ReactorError> {
-        self.tx
-            .send(cmd)
-            .await
-            .map_err(|_| ReactorError::ChannelClosed("reactor gone".into()))
-    }
-    /// Send a command without waiting (for Drop paths).
-    pub fn try_send(&self, cmd: ChanCommand) {
-        let _ = self.tx.try_send(cmd);
-    }
-    /// Send a command and await its reply.
-    pub async fn request<T>(
-        &self,
-        make: impl FnOnce(Reply<T>) -> ChanCommand,
-    ) -> Result<T, ReactorError> {
-        let (tx, rx) = oneshot::channel();
-        self.send(make(tx)).await?;
-        rx.await
-            .map_err(|_| ReactorError::ChannelClosed("reactor dropped the request".into()))?
-    }
-}
+mod handle;
+pub use handle::*;
 
 struct StreamSink {
     events: mpsc::Sender<StreamEvent>,
-    credits: Arc<Semaphore>,
+    gate: Arc<StreamGate>,
+    /// Bytes delivered to `events` and not yet reported drained.
+    buffered: usize,
 }
 
 struct CircEntry {
     circ: ClientCircuit,
+    /// Queue slots (stream writers take one per cell).
     credits: Arc<Semaphore>,
+    /// DATA cells waiting for the circuit's window, oldest first.
+    pending: VecDeque<(u16, Bytes)>,
     pending_extend: Option<Reply<Created2>>,
     streams: HashMap<u16, StreamSink>,
+    /// Flow counters already added to the process-wide ones.
+    reported: CircStats,
 }
 
 struct Reactor {
     io: ChannelIo,
+    stats: Arc<ClientFlowStats>,
     codec: CellCodec,
     pending_creates: HashMap<u32, Reply<(u32, Created2)>>,
     created: HashMap<u32, Created2>,
@@ -224,17 +64,20 @@ struct Reactor {
     out_cells: Vec<OutCell>,
 }
 
-/// Start a reactor for an established client channel.
+/// Start a reactor for an established client channel; its flow counters
+/// go to `stats`.
 pub fn spawn_client_reactor(
     io: ChannelIo,
     codec: CellCodec,
     peer_rsa_id: [u8; 20],
     peer_ed_id: Option<[u8; 32]>,
+    stats: Arc<ClientFlowStats>,
 ) -> ChannelHandle {
     let (tx, rx) = mpsc::channel(CMD_QUEUE);
     let closed = Arc::new(AtomicBool::new(false));
     let reactor = Reactor {
         io,
+        stats,
         codec,
         pending_creates: HashMap::new(),
         created: HashMap::new(),
@@ -338,13 +181,14 @@ impl Reactor {
     /// Remove a circuit, tell everyone waiting on it, optionally send DESTROY.
     fn kill_circuit(&mut self, circ_id: u32, reason: u8, send_destroy: bool) {
         if let Some(mut e) = self.circuits.remove(&circ_id) {
+            report_stats(&self.stats, &mut e);
             e.circ.close();
             e.credits.close();
             if let Some(r) = e.pending_extend.take() {
                 let _ = r.send(Err(ReactorError::CircuitDestroyed(reason)));
             }
             for (_, s) in e.streams.drain() {
-                s.credits.close();
+                s.gate.close();
                 let _ = s.events.try_send(StreamEvent::End(end_reason::DESTROY));
             }
             if send_destroy {
@@ -402,16 +246,19 @@ impl Reactor {
             ChanCommand::Install {
                 circ_id,
                 layer,
+                params,
                 credits,
             } => {
                 if self.created.remove(&circ_id).is_some() {
                     self.circuits.insert(
                         circ_id,
                         CircEntry {
-                            circ: ClientCircuit::new(layer),
+                            circ: ClientCircuit::new(layer, params),
                             credits,
+                            pending: VecDeque::new(),
                             pending_extend: None,
                             streams: HashMap::new(),
+                            reported: CircStats::default(),
                         },
                     );
                 }
@@ -436,16 +283,22 @@ impl Reactor {
                     }
                 }
             }
-            ChanCommand::AddHop { circ_id, layer } => {
+            ChanCommand::AddHop {
+                circ_id,
+                layer,
+                cc_sendme_inc,
+            } => {
                 if let Some(e) = self.circuits.get_mut(&circ_id) {
-                    e.circ.add_hop(layer);
+                    e.circ.add_hop(layer, cc_sendme_inc);
+                    if cc_sendme_inc.is_some() {
+                        self.stats.cc_circuits.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             ChanCommand::OpenStream {
                 circ_id,
                 req,
                 events,
-                credits,
                 reply,
             } => {
                 let Some(e) = self.circuits.get_mut(&circ_id) else {
@@ -459,8 +312,16 @@ impl Reactor {
                 };
                 match res {
                     Ok((sid, cell)) => {
-                        e.streams.insert(sid, StreamSink { events, credits });
-                        let _ = reply.send(Ok(sid));
+                        let gate = Arc::new(StreamGate::for_circuit(e.circ.is_cc()));
+                        e.streams.insert(
+                            sid,
+                            StreamSink {
+                                events,
+                                gate: gate.clone(),
+                                buffered: 0,
+                            },
+                        );
+                        let _ = reply.send(Ok((sid, gate)));
                         self.out_cells.push(cell);
                         self.send_out_cells(circ_id);
                     }
@@ -477,25 +338,41 @@ impl Reactor {
                 let Some(e) = self.circuits.get_mut(&circ_id) else {
                     return;
                 };
-                match e.circ.send_data(stream, &data) {
-                    Ok(cell) => {
-                        self.out_cells.push(cell);
-                        self.send_out_cells(circ_id);
-                    }
-                    Err(err) => {
-                        // Credits mirror the windows, so this means the
-                        // stream is already gone; drop the data.
-                        trace!("dropping stream data: {err}");
-                    }
+                if e.streams.contains_key(&stream) {
+                    e.pending.push_back((stream, data));
+                    self.flush_pending(circ_id);
+                } else {
+                    // The stream is gone: drop the data, return the slot.
+                    trace!("dropping data for a closed stream");
+                    e.credits.add_permits(1);
                 }
             }
-            ChanCommand::Drained { circ_id, stream } => {
+            ChanCommand::Drained {
+                circ_id,
+                stream,
+                cells,
+                bytes,
+            } => {
                 let Some(e) = self.circuits.get_mut(&circ_id) else {
                     return;
                 };
-                if let Ok(Some(cell)) = e.circ.stream_drained(stream) {
-                    self.out_cells.push(cell);
+                let Some(s) = e.streams.get_mut(&stream) else {
+                    return;
+                };
+                s.buffered = s.buffered.saturating_sub(bytes);
+                let buffered = s.buffered;
+                let res = e.circ.stream_drained(
+                    stream,
+                    cells,
+                    bytes,
+                    buffered,
+                    Instant::now(),
+                    &mut self.out_cells,
+                );
+                if res.is_ok() {
                     self.send_out_cells(circ_id);
+                } else {
+                    self.out_cells.clear();
                 }
             }
             ChanCommand::EndStream {
@@ -507,12 +384,21 @@ impl Reactor {
                     return;
                 };
                 if let Some(s) = e.streams.remove(&stream) {
-                    s.credits.close();
+                    s.gate.close();
                 }
-                if let Ok(cell) = e.circ.end_stream(stream, reason) {
+                if let Ok(cell) = e.circ.end_stream(stream, reason, Instant::now()) {
                     self.out_cells.push(cell);
                     self.send_out_cells(circ_id);
                 }
+                // Its queued cells (if any) go with it.
+                self.flush_pending(circ_id);
+            }
+            ChanCommand::CcStatus { circ_id, reply } => {
+                let st = self.circuits.get(&circ_id).map(|e| CircCcStatus {
+                    cc: e.circ.cc_snapshot(),
+                    stats: e.circ.stats(),
+                });
+                let _ = reply.send(st);
             }
             ChanCommand::Destroy { circ_id } => {
                 self.kill_circuit(circ_id, destroy_reason::NONE, true);
@@ -549,7 +435,18 @@ impl Reactor {
                     return;
                 };
                 let mut events = std::mem::take(&mut self.events);
-                let res = e.circ.handle_relay(body, &mut events, &mut self.out_cells);
+                let queued = self.io.tx.queued_bytes();
+                let chan = ChanSignal {
+                    blocked: queued > e.circ.params().chan_blocked_bytes(),
+                    queued_cells: (queued / onionmix_cell::CELL_LEN) as u64,
+                };
+                let res = e.circ.handle_relay(
+                    body,
+                    Instant::now(),
+                    chan,
+                    &mut events,
+                    &mut self.out_cells,
+                );
                 if let Err(err) = res {
                     debug!("closing circuit after protocol error: {err}");
                     self.events = events;
@@ -563,6 +460,9 @@ impl Reactor {
                     self.dispatch(id, ev);
                 }
                 self.events = events;
+                if let Some(e) = self.circuits.get_mut(&id) {
+                    report_stats(&self.stats, e);
+                }
             }
             Cmd::DESTROY => {
                 let reason = cell.payload.first().copied().unwrap_or(0);
@@ -589,25 +489,73 @@ impl Reactor {
         }
     }
 
+    /// Package queued DATA cells while the circuit's window allows, and
+    /// return their queue slots.
+    fn flush_pending(&mut self, circ_id: u32) {
+        let Some(e) = self.circuits.get_mut(&circ_id) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut released = 0;
+        while let Some(&(sid, _)) = e.pending.front() {
+            if !e.streams.contains_key(&sid) {
+                e.pending.pop_front();
+                released += 1;
+                continue;
+            }
+            if !e.circ.can_send(sid) {
+                break;
+            }
+            let Some((sid, data)) = e.pending.pop_front() else {
+                break;
+            };
+            released += 1;
+            match e.circ.send_data(sid, &data, now) {
+                Ok(cell) => self.out_cells.push(cell),
+                Err(err) => trace!("dropping stream data: {err}"),
+            }
+        }
+        if released > 0 {
+            e.credits.add_permits(released);
+        }
+        self.send_out_cells(circ_id);
+    }
+
     fn dispatch(&mut self, circ_id: u32, ev: CircEvent) {
         let Some(e) = self.circuits.get_mut(&circ_id) else {
             return;
         };
         match ev {
             CircEvent::Data { stream, data } => {
-                if let Some(s) = e.streams.get(&stream)
-                    && s.events
-                        .try_send(StreamEvent::Data(Bytes::from(data)))
-                        .is_err()
+                let Some(s) = e.streams.get_mut(&stream) else {
+                    return;
+                };
+                let len = data.len();
+                if s.events
+                    .try_send(StreamEvent::Data(Bytes::from(data)))
+                    .is_err()
                 {
-                    // The application is gone (or ignored flow control).
+                    // The application is gone (or the exit ignored flow
+                    // control and the bounded queue is full).
+                    debug!(
+                        "ending a stream whose application is gone or whose queue is full ({} bytes)",
+                        s.buffered
+                    );
                     if let Some(s) = e.streams.remove(&stream) {
-                        s.credits.close();
+                        s.gate.close();
                     }
-                    if let Ok(cell) = e.circ.end_stream(stream, end_reason::MISC) {
+                    if let Ok(cell) = e.circ.end_stream(stream, end_reason::MISC, Instant::now()) {
                         self.out_cells.push(cell);
                         self.send_out_cells(circ_id);
                     }
+                    return;
+                }
+                s.buffered = s.buffered.saturating_add(len);
+                let buffered = s.buffered;
+                if let Ok(Some(cell)) = e.circ.stream_buffered(stream, buffered, Instant::now()) {
+                    debug!("flow control for a stream with {buffered} bytes buffered");
+                    self.out_cells.push(cell);
+                    self.send_out_cells(circ_id);
                 }
             }
             CircEvent::Connected { stream, addr } => {
@@ -617,12 +565,13 @@ impl Reactor {
             }
             CircEvent::End { stream, reason } => {
                 if let Some(s) = e.streams.remove(&stream) {
-                    s.credits.close();
+                    s.gate.close();
                     let _ = s.events.try_send(StreamEvent::End(reason));
                 }
             }
             CircEvent::Resolved { stream, answers } => {
                 if let Some(s) = e.streams.remove(&stream) {
+                    s.gate.close();
                     let _ = s.events.try_send(StreamEvent::Resolved(answers));
                 }
             }
@@ -631,10 +580,23 @@ impl Reactor {
                     let _ = r.send(Ok(c));
                 }
             }
-            CircEvent::Sendme { stream: 0 } => e.credits.add_permits(CIRC_WINDOW_INC as usize),
+            CircEvent::Sendme { stream: 0 } => self.flush_pending(circ_id),
             CircEvent::Sendme { stream } => {
+                // The circuit machine already checked it against the window.
                 if let Some(s) = e.streams.get(&stream) {
-                    s.credits.add_permits(STREAM_WINDOW_INC as usize);
+                    let _ = s.gate.on_sendme();
+                }
+            }
+            CircEvent::Xoff { stream } => {
+                debug!("XOFF from the exit");
+                if let Some(s) = e.streams.get(&stream) {
+                    s.gate.on_xoff();
+                }
+            }
+            CircEvent::Xon { stream, kbps } => {
+                debug!("XON from the exit ({kbps} kB/s)");
+                if let Some(s) = e.streams.get(&stream) {
+                    s.gate.on_xon(kbps);
                 }
             }
             CircEvent::Destroyed { reason } => {
@@ -644,12 +606,34 @@ impl Reactor {
     }
 }
 
-/// Fresh credits for a circuit (its package window).
-pub fn circuit_credits() -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(CIRC_WINDOW_START as usize))
+/// Add what a circuit counted since the last report to the channel's
+/// (process-wide) counters.
+fn report_stats(stats: &ClientFlowStats, e: &mut CircEntry) {
+    let now = e.circ.stats();
+    let was = std::mem::replace(&mut e.reported, now);
+    let add = |c: &AtomicU64, a: u64, b: u64| {
+        if a > b {
+            c.fetch_add(a - b, Ordering::Relaxed);
+        }
+    };
+    add(&stats.xoff_sent, now.xoff_sent, was.xoff_sent);
+    add(&stats.xon_sent, now.xon_sent, was.xon_sent);
+    add(&stats.xoff_received, now.xoff_received, was.xoff_received);
+    add(&stats.xon_received, now.xon_received, was.xon_received);
+    add(
+        &stats.half_closed_cells,
+        now.half_closed_valid,
+        was.half_closed_valid,
+    );
+    add(&stats.invalid_cells, now.invalid_cells, was.invalid_cells);
+    add(
+        &stats.early_xon_xoff,
+        now.early_xon_xoff,
+        was.early_xon_xoff,
+    );
 }
 
-/// Fresh credits for a stream (its package window).
-pub fn stream_credits() -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(STREAM_WINDOW_START as usize))
+/// Fresh queue slots for a circuit.
+pub fn circuit_credits() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(CIRC_QUEUE_SLOTS))
 }

@@ -1,0 +1,240 @@
+//! The client channel reactor's interface: the handle other tasks hold,
+//! the commands they send, the events streams receive, and the counters.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use onionmix_cell::chan::{Create2, Created2, destroy_reason};
+use onionmix_cell::relay::{Begin, Extend2, ResolvedAnswer};
+use onionmix_proto::cc::{CcParams, CcSnapshot};
+use onionmix_proto::client_circ::CircStats;
+use onionmix_proto::flow::STREAM_WINDOW_START;
+use onionmix_proto::layer::ClientLayer;
+use onionmix_proto::xonxoff::STREAM_BUFFER_EXTRA_CELLS;
+
+use crate::gate::StreamGate;
+
+/// Most circuits one client channel carries.
+pub const MAX_CIRCUITS_PER_CHANNEL: usize = 4096;
+/// Depth of the command queue into a reactor.
+pub(super) const CMD_QUEUE: usize = 1024;
+/// Depth of a stream's inbound event queue: a full stream window, or the
+/// XOFF threshold plus what an exit in slow start may still have in
+/// flight when our XOFF reaches it, plus the control events. A peer that
+/// respects flow control never finds it full; one that does not loses the
+/// stream.
+pub const STREAM_EVENT_QUEUE: usize = STREAM_WINDOW_START as usize + STREAM_BUFFER_EXTRA_CELLS + 16;
+/// DATA cells a circuit may hold queued in its reactor, waiting for the
+/// circuit's window (one TLS record's worth, times eight).
+pub const CIRC_QUEUE_SLOTS: usize = 256;
+
+/// Errors reported to callers of a channel.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ReactorError {
+    /// The channel is closed.
+    #[error("channel closed: {0}")]
+    ChannelClosed(String),
+    /// The circuit was destroyed.
+    #[error("circuit destroyed ({})", destroy_reason::name(*.0))]
+    CircuitDestroyed(u8),
+    /// Something the circuit machine refused.
+    #[error("circuit error: {0}")]
+    Circuit(String),
+    /// Too many circuits on this channel.
+    #[error("too many circuits on this channel")]
+    TooManyCircuits,
+}
+
+/// What the application side of a stream receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// CONNECTED.
+    Connected(Option<IpAddr>),
+    /// Data.
+    Data(Bytes),
+    /// END (or the circuit died: reason DESTROY).
+    End(u8),
+    /// RESOLVED.
+    Resolved(Vec<ResolvedAnswer>),
+}
+
+/// How to open a stream.
+#[derive(Debug, Clone)]
+pub enum StreamRequest {
+    /// RELAY_BEGIN.
+    Begin(Begin),
+    /// RELAY_BEGIN_DIR.
+    BeginDir,
+    /// RELAY_RESOLVE of a name (or an in-addr.arpa name).
+    Resolve(String),
+}
+
+pub(super) type Reply<T> = oneshot::Sender<Result<T, ReactorError>>;
+
+/// Commands into a reactor.
+pub enum ChanCommand {
+    /// Send CREATE2 on a new circuit ID; reply with the ID and CREATED2.
+    Create {
+        /// The handshake.
+        create2: Create2,
+        /// Reply.
+        reply: Reply<(u32, Created2)>,
+    },
+    /// Install the first hop's crypto on a created circuit.
+    Install {
+        /// Circuit.
+        circ_id: u32,
+        /// First hop.
+        layer: Box<dyn ClientLayer>,
+        /// Consensus parameters for the circuit.
+        params: Arc<CcParams>,
+        /// The circuit's queue slots (shared with stream writers).
+        credits: Arc<Semaphore>,
+    },
+    /// Send EXTEND2; reply with EXTENDED2's body.
+    Extend {
+        /// Circuit.
+        circ_id: u32,
+        /// The message.
+        msg: Extend2,
+        /// Reply.
+        reply: Reply<Created2>,
+    },
+    /// Add a hop after EXTENDED2.
+    AddHop {
+        /// Circuit.
+        circ_id: u32,
+        /// The hop's crypto.
+        layer: Box<dyn ClientLayer>,
+        /// The SENDME increment if the hop agreed to congestion control.
+        cc_sendme_inc: Option<u8>,
+    },
+    /// Open a stream at the last hop.
+    OpenStream {
+        /// Circuit.
+        circ_id: u32,
+        /// What to open.
+        req: StreamRequest,
+        /// Where to deliver the stream's events.
+        events: mpsc::Sender<StreamEvent>,
+        /// Reply with the stream ID and its send gate.
+        reply: Reply<(u16, Arc<StreamGate>)>,
+    },
+    /// Send stream data (at most 498 bytes; gate passed and a queue slot
+    /// taken).
+    Data {
+        /// Circuit.
+        circ_id: u32,
+        /// Stream.
+        stream: u16,
+        /// Bytes.
+        data: Bytes,
+    },
+    /// The application consumed data on a stream.
+    Drained {
+        /// Circuit.
+        circ_id: u32,
+        /// Stream.
+        stream: u16,
+        /// DATA cells consumed.
+        cells: u32,
+        /// Bytes consumed.
+        bytes: usize,
+    },
+    /// Report the circuit's congestion-control state.
+    CcStatus {
+        /// Circuit.
+        circ_id: u32,
+        /// Reply.
+        reply: oneshot::Sender<Option<CircCcStatus>>,
+    },
+    /// Close a stream.
+    EndStream {
+        /// Circuit.
+        circ_id: u32,
+        /// Stream.
+        stream: u16,
+        /// END reason.
+        reason: u8,
+    },
+    /// Tear the circuit down.
+    Destroy {
+        /// Circuit.
+        circ_id: u32,
+    },
+}
+
+/// A cloneable handle to a channel's reactor.
+#[derive(Clone, Debug)]
+pub struct ChannelHandle {
+    pub(super) tx: mpsc::Sender<ChanCommand>,
+    pub(super) closed: Arc<AtomicBool>,
+    /// RSA identity of the peer.
+    pub peer_rsa_id: [u8; 20],
+    /// Ed25519 identity of the peer, if it proved one.
+    pub peer_ed_id: Option<[u8; 32]>,
+    /// Where circuits built on this channel report to the control port.
+    pub hub: Option<Arc<crate::client::control::hub::ControlHub>>,
+}
+
+impl ChannelHandle {
+    /// Whether the reactor has exited.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed) || self.tx.is_closed()
+    }
+    /// Send a command to the reactor.
+    pub async fn send(&self, cmd: ChanCommand) -> Result<(), ReactorError> {
+        self.tx
+            .send(cmd)
+            .await
+            .map_err(|_| ReactorError::ChannelClosed("reactor gone".into()))
+    }
+    /// Send a command without waiting (for Drop paths).
+    pub fn try_send(&self, cmd: ChanCommand) {
+        let _ = self.tx.try_send(cmd);
+    }
+    /// Send a command and await its reply.
+    pub async fn request<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> ChanCommand,
+    ) -> Result<T, ReactorError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx)).await?;
+        rx.await
+            .map_err(|_| ReactorError::ChannelClosed("reactor dropped the request".into()))?
+    }
+}
+
+/// A circuit's congestion and flow control, as `CcStatus` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircCcStatus {
+    /// The exit's congestion control (None: fixed windows).
+    pub cc: Option<CcSnapshot>,
+    /// Flow-control counters.
+    pub stats: CircStats,
+}
+
+/// Counters over all client channels (for status output and tests).
+#[derive(Debug, Default)]
+pub struct ClientFlowStats {
+    /// Circuits built with congestion control negotiated.
+    pub cc_circuits: AtomicU64,
+    /// XOFFs sent.
+    pub xoff_sent: AtomicU64,
+    /// XONs sent.
+    pub xon_sent: AtomicU64,
+    /// XOFFs received.
+    pub xoff_received: AtomicU64,
+    /// XONs received.
+    pub xon_received: AtomicU64,
+    /// Cells for closed streams that were within what they could carry.
+    pub half_closed_cells: AtomicU64,
+    /// Cells for unknown streams or beyond a half-closed stream's limits.
+    pub invalid_cells: AtomicU64,
+    /// XON/XOFF earlier than the data sent explains (obeyed, counted).
+    pub early_xon_xoff: AtomicU64,
+}

@@ -1,0 +1,122 @@
+//! The relay's view of the consensus parameters. An exit answers a
+//! client's congestion-control request according to `cc_alg` and
+//! `cc_sendme_inc` as its consensus says (proposal 324 §10.3), and runs
+//! Vegas and XON/XOFF with the consensus's `cc_*` values. Relays here
+//! keep no directory of their own, so this fetches the microdesc
+//! consensus from an authority's DirPort, checks its signatures like a
+//! client does, and keeps only the `params` line. Until the first fetch
+//! succeeds, tor's defaults apply (congestion control on).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+use tracing::{debug, info};
+
+use onionmix_netdoc::{
+    AuthCertificate, AuthorityConfig, DirRequest, TimeTolerance, UnverifiedConsensus,
+    merge_certificates,
+};
+use onionmix_proto::cc::CcParams;
+
+use super::RelayCtx;
+use crate::client::config::AuthorityEntry;
+use crate::client::dir::DirMgr;
+
+/// Most authority key certificates kept.
+const MAX_CERTS: usize = 64;
+
+/// The authorities as the directory code wants them.
+pub fn authority_configs(entries: &[AuthorityEntry]) -> Vec<AuthorityConfig> {
+    entries
+        .iter()
+        .filter_map(|a| {
+            let v3: [u8; 20] = hex::decode(&a.v3ident).ok()?.try_into().ok()?;
+            let mut ac = AuthorityConfig::new(a.nickname.clone(), v3);
+            ac.dir_addr = Some(a.dir_addr);
+            ac.or_addr = Some(a.or_addr);
+            ac.rsa_id = hex::decode(&a.fingerprint)
+                .ok()
+                .and_then(|v| v.try_into().ok());
+            Some(ac)
+        })
+        .collect()
+}
+
+async fn fetch_any(auths: &[AuthorityConfig], req: &DirRequest) -> Result<String, String> {
+    let mut addrs: Vec<_> = auths.iter().filter_map(|a| a.dir_addr).collect();
+    addrs.shuffle(&mut rand::thread_rng());
+    let mut last = "no authority DirPorts configured".to_string();
+    for a in addrs {
+        match DirMgr::fetch_dirport(a, req).await {
+            Ok(resp) => match resp.body_text() {
+                Ok(t) => return Ok(t.to_string()),
+                Err(e) => last = e.to_string(),
+            },
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Fetch and verify the current consensus; return its parameters.
+pub async fn fetch_params(
+    auths: &[AuthorityConfig],
+    certs: &mut Vec<AuthCertificate>,
+) -> Result<BTreeMap<String, i32>, String> {
+    let now = crate::clock::now();
+    let text = fetch_any(auths, &DirRequest::microdesc_consensus()).await?;
+    let unverified = UnverifiedConsensus::parse(&text).map_err(|e| e.to_string())?;
+    let missing = unverified.missing_certificates(auths, certs, now);
+    if !missing.is_empty() {
+        let req = DirRequest::authority_certs(&missing).map_err(|e| e.to_string())?;
+        let text = fetch_any(auths, &req).await?;
+        let fetched: Vec<AuthCertificate> = AuthCertificate::parse_all(&text, now)
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect();
+        merge_certificates(certs, fetched, auths, now, MAX_CERTS);
+    }
+    let consensus = unverified
+        .verify(auths, certs, now, TimeTolerance::default())
+        .map_err(|e| format!("consensus refused: {e}"))?;
+    Ok(consensus.params().clone())
+}
+
+/// Keep `ctx`'s consensus parameters current.
+pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
+    let auths = authority_configs(&ctx.cfg.authorities);
+    if auths.is_empty() {
+        return;
+    }
+    let (retry, refresh) = if ctx.cfg.testing_network {
+        (Duration::from_secs(5), Duration::from_secs(120))
+    } else {
+        (Duration::from_secs(60), Duration::from_secs(1800))
+    };
+    let mut certs = Vec::new();
+    let mut first = true;
+    loop {
+        let wait = match fetch_params(&auths, &mut certs).await {
+            Ok(p) => {
+                let cc = CcParams::from_consensus(&p);
+                if first {
+                    info!(
+                        "consensus parameters: congestion control {} (sendme_inc {})",
+                        if cc.enabled() { "on" } else { "off" },
+                        cc.sendme_inc
+                    );
+                    first = false;
+                }
+                ctx.set_cc_params(cc);
+                refresh
+            }
+            Err(e) => {
+                debug!("fetching the consensus parameters failed: {e}");
+                retry
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
