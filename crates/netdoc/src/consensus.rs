@@ -411,7 +411,21 @@ impl UnverifiedConsensus {
             recommended_relay_protocols: conv(c.relay_protocol_status(), false),
             relays,
             signed_by,
+            hs_srvs: (
+                c.shared_rand_prev().map(|s| (*s.value()).into()),
+                c.shared_rand_cur().map(|s| (*s.value()).into()),
+            ),
         }
+    }
+}
+
+impl Consensus {
+    /// The shared random values `(previous, current)` the consensus lists
+    /// (`None` where it lists none: the onion-service hash ring then uses
+    /// the disaster SRV). A minimal accessor for the onion-service client
+    /// and service until the shared-randomness work exposes its richer one.
+    pub fn hs_shared_rand(&self) -> (Option<[u8; 32]>, Option<[u8; 32]>) {
+        self.hs_srvs
     }
 }
 
@@ -505,6 +519,8 @@ fn convert_rs(r: &tor_netdoc::doc::netstatus::MdRouterStatus) -> ConsensusRelay 
 /// A verified microdesc consensus.
 #[derive(Debug, Clone)]
 pub struct Consensus {
+    /// `shared-rand-previous-value` and `shared-rand-current-value`.
+    hs_srvs: (Option<[u8; 32]>, Option<[u8; 32]>),
     lifetime: Lifetime,
     params: BTreeMap<String, i32>,
     bandwidth_weights: BTreeMap<String, i32>,
@@ -536,6 +552,7 @@ impl Consensus {
         relays: Vec<ConsensusRelay>,
     ) -> Consensus {
         Consensus {
+            hs_srvs: (None, None),
             lifetime,
             params,
             bandwidth_weights,

@@ -76,6 +76,16 @@ pub fn handshake_start(hop: &HopTarget) -> (ClientHandshake, u16, Vec<u8>) {
 
 /// Finish the handshake and build the hop's layer.
 pub fn handshake_finish(st: ClientHandshake, reply: &[u8]) -> Result<Box<dyn ClientLayer>, String> {
+    handshake_finish_kh(st, reply).map(|(layer, _)| layer)
+}
+
+/// [`handshake_finish`], also returning the handshake's `KH` (the 20
+/// bytes after the tor1 keys), which onion services bind ESTABLISH_INTRO
+/// to (rend-spec-v3 §3.1.1 `HANDSHAKE_AUTH`).
+pub fn handshake_finish_kh(
+    st: ClientHandshake,
+    reply: &[u8],
+) -> Result<(Box<dyn ClientLayer>, [u8; 20]), String> {
     let keys = match st {
         ClientHandshake::Ntor(st) => st.finish(reply).map_err(|e| e.to_string())?,
         ClientHandshake::NtorV3(st) => {
@@ -83,7 +93,22 @@ pub fn handshake_finish(st: ClientHandshake, reply: &[u8]) -> Result<Box<dyn Cli
             ks.circuit_keys()
         }
     };
-    Ok(Box::new(Tor1(Tor1Layer::new(&keys))))
+    Ok((Box::new(Tor1(Tor1Layer::new(&keys))), keys.kh))
+}
+
+/// The onion-service virtual hop's relay crypto as a circuit layer.
+pub struct HsHop(pub onionmix_crypto::relay_crypto_hs::HsRelayLayer);
+
+impl ClientLayer for HsHop {
+    fn originate_forward(&mut self, body: &mut CellBody) -> [u8; 20] {
+        self.0.originate_forward(body)
+    }
+    fn encrypt_forward(&mut self, body: &mut CellBody) {
+        self.0.encrypt_forward(body)
+    }
+    fn decrypt_backward(&mut self, body: &mut CellBody) -> Option<[u8; 20]> {
+        self.0.decrypt_backward(body)
+    }
 }
 
 /// Checks responder CERTS cells with `onionmix-crypto`.

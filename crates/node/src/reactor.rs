@@ -29,6 +29,8 @@ use onionmix_proto::flow::{
 };
 use onionmix_proto::layer::ClientLayer;
 
+pub mod hs;
+
 /// Most circuits one client channel carries.
 pub const MAX_CIRCUITS_PER_CHANNEL: usize = 4096;
 /// Depth of the command queue into a reactor.
@@ -158,6 +160,8 @@ pub enum ChanCommand {
         /// Circuit.
         circ_id: u32,
     },
+    /// Onion-service messages and streams (see [`hs`]).
+    Hs(hs::HsCommand),
 }
 
 /// A cloneable handle to a channel's reactor.
@@ -209,6 +213,7 @@ struct CircEntry {
     credits: Arc<Semaphore>,
     pending_extend: Option<Reply<Created2>>,
     streams: HashMap<u16, StreamSink>,
+    hs: Option<mpsc::Sender<hs::HsEvent>>,
 }
 
 struct Reactor {
@@ -409,6 +414,7 @@ impl Reactor {
                             credits,
                             pending_extend: None,
                             streams: HashMap::new(),
+                            hs: None,
                         },
                     );
                 }
@@ -514,6 +520,7 @@ impl Reactor {
             ChanCommand::Destroy { circ_id } => {
                 self.kill_circuit(circ_id, destroy_reason::NONE, true);
             }
+            ChanCommand::Hs(c) => self.handle_hs_cmd(c),
         }
     }
 
@@ -636,6 +643,9 @@ impl Reactor {
             }
             CircEvent::Destroyed { reason } => {
                 self.kill_circuit(circ_id, reason, true);
+            }
+            ev @ (CircEvent::Hs { .. } | CircEvent::IncomingStream { .. }) => {
+                self.dispatch_hs(circ_id, ev);
             }
         }
     }

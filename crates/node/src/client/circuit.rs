@@ -94,6 +94,9 @@ pub struct Circuit {
     pub built_at: Instant,
     /// How long the build took.
     pub build_time: Duration,
+    /// The last hop's handshake `KH` (onion services bind ESTABLISH_INTRO
+    /// to it).
+    pub last_hop_kh: [u8; 20],
     first_used: Mutex<Option<Instant>>,
 }
 
@@ -185,11 +188,12 @@ pub async fn build(
             circ_id,
             armed: true,
         };
-        let layer = glue::handshake_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
-            hop: 0,
-            relay: first.nickname.clone(),
-            err: e,
-        })?;
+        let (layer, mut kh) =
+            glue::handshake_finish_kh(state, &created.hdata).map_err(|e| BuildError::Hop {
+                hop: 0,
+                relay: first.nickname.clone(),
+                err: e,
+            })?;
         let credits = circuit_credits();
         chan.send(ChanCommand::Install {
             circ_id,
@@ -215,21 +219,22 @@ pub async fn build(
                 })
                 .await
                 .map_err(|e| hop_err(i, hop, e))?;
-            let layer =
-                glue::handshake_finish(state, &created.hdata).map_err(|e| BuildError::Hop {
+            let (layer, hop_kh) =
+                glue::handshake_finish_kh(state, &created.hdata).map_err(|e| BuildError::Hop {
                     hop: i,
                     relay: hop.nickname.clone(),
                     err: e,
                 })?;
+            kh = hop_kh;
             chan.send(ChanCommand::AddHop { circ_id, layer })
                 .await
                 .map_err(|e| hop_err(i, hop, e))?;
         }
         let mut guard = guard;
         guard.armed = false;
-        Ok((circ_id, credits))
+        Ok((circ_id, credits, kh))
     };
-    let (circ_id, credits) = tokio::time::timeout(timeout, fut)
+    let (circ_id, credits, last_hop_kh) = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| BuildError::Timeout(timeout))??;
     let build_time = start.elapsed();
@@ -246,6 +251,7 @@ pub async fn build(
         path,
         built_at: Instant::now(),
         build_time,
+        last_hop_kh,
         first_used: Mutex::new(None),
     })
 }
