@@ -51,6 +51,10 @@ enum Command {
     Sink(cmd_testnet::SinkArgs),
     /// Run the Tor-compatible onion-routing client with a SOCKS5 front end.
     Client(cmd_client::ClientArgs),
+    /// Host v3 onion services (keys in tor's HiddenServiceDir layout,
+    /// ports like HiddenServicePort), without a SOCKS port.
+    #[command(name = "onion-service")]
+    OnionService(cmd_client::OnionServiceArgs),
     /// Run a Tor-compatible relay (guard, middle or exit).
     Relay(cmd_relay::RelayArgs),
     /// Run a v3 directory authority (votes, consensus, directory service).
@@ -78,6 +82,7 @@ fn main() -> std::process::ExitCode {
         Command::Testnet(c) => cmd_testnet::run(c),
         Command::Sink(a) => cmd_testnet::run_sink(a),
         Command::Client(a) => cmd_client::run(a),
+        Command::OnionService(a) => cmd_client::run_onion_service(a),
         Command::Relay(a) => cmd_relay::run(a),
         Command::Authority(a) => cmd_authority::run(a),
         Command::Emulator(a) => cmd_emu::run(a),

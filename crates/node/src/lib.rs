@@ -10,3 +10,4 @@ pub mod glue;
 pub mod memory;
 pub mod reactor;
 pub mod relay;
+pub mod service;

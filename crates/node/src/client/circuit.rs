@@ -34,7 +34,9 @@ pub struct HopTarget {
 }
 
 impl HopTarget {
-    fn link_specs(&self) -> Vec<LinkSpec> {
+    /// The link specifiers that name this relay in EXTEND2 (and in onion
+    /// service messages and descriptors).
+    pub fn link_specs(&self) -> Vec<LinkSpec> {
         let mut v = Vec::new();
         if let SocketAddr::V4(a) = self.or_addr {
             v.push(LinkSpec::Ipv4(a));

@@ -6,6 +6,7 @@ pub mod circmgr;
 pub mod circuit;
 pub mod config;
 pub mod dir;
+pub mod hs;
 pub mod socks;
 pub mod stream;
 
@@ -33,6 +34,10 @@ pub struct Client {
     pub circmgr: CircMgr,
     /// Where SOCKS listens.
     pub socks_addr: SocketAddr,
+    /// The onion-service client.
+    pub hs: hs::HsClient,
+    /// The onion services this process hosts.
+    pub services: Vec<crate::service::ServiceHandle>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -54,8 +59,15 @@ pub enum ClientError {
 }
 
 impl Client {
-    /// Start a client: bind SOCKS, then bootstrap in the background.
+    /// Start a client: bind SOCKS, then bootstrap in the background; host
+    /// the configured onion services.
     pub async fn start(cfg: ClientConfig) -> Result<Client, ClientError> {
+        Self::start_with(cfg, true).await
+    }
+
+    /// [`Client::start`], with or without the SOCKS port (an onion
+    /// service process needs none).
+    pub async fn start_with(cfg: ClientConfig, socks: bool) -> Result<Client, ClientError> {
         create_private_dir(&cfg.data_dir).map_err(ClientError::Setup)?;
         let cfg = Arc::new(cfg);
         let dir = Arc::new(DirMgr::new(cfg.clone()).map_err(ClientError::Setup)?);
@@ -72,28 +84,60 @@ impl Client {
             Arc::new(move |id, port| d2.exit_allows(id, port)),
             Arc::new(move |id, ok| d3.report_guard(id, ok)),
         );
-        let listener = TcpListener::bind(cfg.socks_listen).await.map_err(|e| {
-            ClientError::Setup(format!(
-                "cannot listen for SOCKS on {}: {e}",
-                cfg.socks_listen
-            ))
-        })?;
-        let socks_addr = listener
-            .local_addr()
-            .map_err(|e| ClientError::Setup(e.to_string()))?;
-        info!("SOCKS listening on {socks_addr}");
+        let auth = cfg
+            .client_onion_auth_dir
+            .as_deref()
+            .map(hs::load_auth_dir)
+            .unwrap_or_default();
+        let hs = hs::HsClient::new(
+            dir.clone(),
+            circmgr.clone(),
+            hs::HsClientConfig {
+                connect_timeout: cfg.onion_connect_timeout(),
+                stream_timeout: cfg.stream_timeout(),
+                max_dirtiness: cfg.max_dirtiness(),
+            },
+            auth,
+        );
         let (ready_tx, ready_rx) = watch::channel(false);
-        let ctx = socks::SocksContext {
-            circmgr: circmgr.clone(),
-            stream_timeout: cfg.stream_timeout(),
-            ready: ready_rx.clone(),
-            extended_errors: cfg.socks_extended_errors,
+        let socks_addr = if socks {
+            let listener = TcpListener::bind(cfg.socks_listen).await.map_err(|e| {
+                ClientError::Setup(format!(
+                    "cannot listen for SOCKS on {}: {e}",
+                    cfg.socks_listen
+                ))
+            })?;
+            let socks_addr = listener
+                .local_addr()
+                .map_err(|e| ClientError::Setup(e.to_string()))?;
+            info!("SOCKS listening on {socks_addr}");
+            let ctx = socks::SocksContext {
+                circmgr: circmgr.clone(),
+                stream_timeout: cfg.stream_timeout(),
+                ready: ready_rx.clone(),
+                extended_errors: cfg.socks_extended_errors,
+                hs: Some(hs.clone()),
+            };
+            tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
+            socks_addr
+        } else {
+            SocketAddr::from(([0, 0, 0, 0], 0))
         };
-        tokio::spawn(socks::serve(listener, ctx, cfg.max_socks_connections));
+        let mut services = Vec::new();
+        for svc in &cfg.onion_services {
+            let ctx = crate::service::ServiceCtx {
+                dir: dir.clone(),
+                circmgr: circmgr.clone(),
+                ready: ready_rx.clone(),
+            };
+            services.push(crate::service::start(ctx, svc.clone()).map_err(ClientError::Setup)?);
+        }
         let client = Client {
             dir,
             circmgr,
             socks_addr,
+            hs,
+            services,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -131,6 +175,8 @@ impl Client {
             "circuits_open": self.circmgr.open_circuits(),
             "open_circuit_paths": self.circmgr.open_circuit_paths(),
             "recent_build_times_ms": recent,
+            "onion_client": self.hs.stats().to_json(),
+            "onion_services": self.services.iter().map(|s| s.status()).collect::<Vec<_>>(),
         })
     }
 
@@ -218,6 +264,19 @@ fn create_private_dir(p: &std::path::Path) -> Result<(), String> {
 /// Run a client until SIGINT/SIGTERM.
 pub async fn run(cfg: ClientConfig) -> Result<(), ClientError> {
     let _client = Client::start(cfg).await?;
+    wait_for_shutdown().await;
+    info!("shutting down");
+    Ok(())
+}
+
+/// Host the configured onion services (no SOCKS port) until SIGINT/SIGTERM.
+pub async fn run_services(cfg: ClientConfig) -> Result<(), ClientError> {
+    if cfg.onion_services.is_empty() {
+        return Err(ClientError::Setup(
+            "no [[onion_service]] configured".to_string(),
+        ));
+    }
+    let _client = Client::start_with(cfg, false).await?;
     wait_for_shutdown().await;
     info!("shutting down");
     Ok(())

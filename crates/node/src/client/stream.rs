@@ -301,3 +301,27 @@ impl Drop for Stream {
         }
     }
 }
+
+impl Stream {
+    /// A stream the far end opened and we accepted (an onion service's
+    /// stream on its rendezvous circuit): its events, its send credits
+    /// and the circuit's.
+    pub fn incoming(
+        chan: ChannelHandle,
+        circ_id: u32,
+        id: u16,
+        events: mpsc::Receiver<StreamEvent>,
+        credits: Arc<Semaphore>,
+        circ_credits: Arc<Semaphore>,
+    ) -> Self {
+        Stream {
+            chan,
+            circ_id,
+            id,
+            events,
+            credits,
+            circ_credits,
+            ended: false,
+        }
+    }
+}
