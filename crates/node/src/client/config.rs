@@ -83,6 +83,11 @@ pub struct ClientConfig {
     /// rendezvous) after this many seconds.
     #[serde(default = "default_onion_connect_timeout")]
     pub onion_connect_timeout_secs: u64,
+    /// Solve onion services' PoW puzzles (when their descriptor offers
+    /// one) at least at this effort, even if they suggest less (tor always
+    /// follows the suggestion; for tests and under attack). 0: follow it.
+    #[serde(default)]
+    pub onion_pow_min_effort: u32,
     /// Onion services this process hosts (tor's `HiddenServiceDir` /
     /// `HiddenServicePort`; see `docs/onion-services.md`).
     #[serde(rename = "onion_service", default)]

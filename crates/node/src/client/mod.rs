@@ -96,6 +96,7 @@ impl Client {
                 connect_timeout: cfg.onion_connect_timeout(),
                 stream_timeout: cfg.stream_timeout(),
                 max_dirtiness: cfg.max_dirtiness(),
+                pow_min_effort: cfg.onion_pow_min_effort,
             },
             auth,
         );

@@ -216,6 +216,7 @@ pub fn start(ctx: ServiceCtx, cfg: OnionServiceConfig) -> Result<ServiceHandle, 
         tx,
         stats,
         rend_limit: Arc::new(Semaphore::new(MAX_RENDEZVOUS)),
+        cookies: ReplayCache::new(REPLAY_CACHE.0, REPLAY_CACHE.1),
         testing,
     };
     tokio::spawn(svc.run(rx));
@@ -236,6 +237,7 @@ struct Service {
     tx: mpsc::Sender<Ev>,
     stats: Arc<ServiceStats>,
     rend_limit: Arc<Semaphore>,
+    cookies: ReplayCache,
     testing: bool,
 }
 
@@ -402,6 +404,14 @@ impl Service {
         let Some(period) = periods.get(opened.subcredential_index).copied() else {
             return refuse("no descriptor", &self.stats);
         };
+        // tor drops a second INTRODUCE2 with a rendezvous cookie it has
+        // already answered (a client retrying through another point).
+        if self
+            .cookies
+            .check_and_add(&opened.plaintext.rend_cookie, now)
+        {
+            return refuse("rendezvous cookie seen before", &self.stats);
+        }
         if self.cfg.pow_defenses {
             #[cfg(feature = "pow")]
             if let Some(sol) = &opened.pow {

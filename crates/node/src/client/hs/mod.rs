@@ -61,6 +61,8 @@ pub const INTRO_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RENDEZVOUS2_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most joined rendezvous circuits (and connect locks) kept.
 pub const MAX_REND_CIRCUITS: usize = 1024;
+/// The most PoW effort the client spends (tor's `CLIENT_MAX_POW_EFFORT`).
+pub const MAX_POW_EFFORT: u32 = 10_000;
 /// Most client-authorization keys loaded.
 pub const MAX_AUTH_KEYS: usize = 4096;
 
@@ -125,6 +127,8 @@ pub struct HsClientConfig {
     /// Stop opening streams on a rendezvous circuit this long after its
     /// first use.
     pub max_dirtiness: Duration,
+    /// Lowest PoW effort when a descriptor offers PoW (0: its suggestion).
+    pub pow_min_effort: u32,
 }
 
 type RendKey = ([u8; 32], IsolationKey);
@@ -362,6 +366,11 @@ impl HsClient {
                         continue;
                     };
                     HsStats::bump(&self.inner.stats.intro_attempts);
+                    let effort = if desc.content.pow_v1.is_some() {
+                        effort.max(self.inner.cfg.pow_min_effort.min(MAX_POW_EFFORT))
+                    } else {
+                        0
+                    };
                     match self
                         .introduce(&net, &desc, &ip, effort, &subcred, &mut rend)
                         .await
