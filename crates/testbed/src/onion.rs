@@ -226,6 +226,137 @@ impl OnionWait {
     }
 }
 
+/// Processes started next to a running network (extra services and
+/// clients in tests): stopped by pid and start time when dropped.
+#[derive(Debug, Default)]
+pub struct ExtraProcs {
+    procs: Vec<(String, std::process::Child, u64)>,
+}
+
+impl ExtraProcs {
+    /// Start `cmd` with its output in `log`; returns the pid.
+    pub fn spawn(
+        &mut self,
+        name: &str,
+        cmd: std::process::Command,
+        log: &Path,
+    ) -> std::io::Result<u32> {
+        let child = crate::proc::spawn(cmd, log)?;
+        let pid = child.id();
+        let st = crate::proc::start_time(pid).unwrap_or(0);
+        self.procs.push((name.to_string(), child, st));
+        Ok(pid)
+    }
+
+    /// Stop the process started as `name` (true if it is gone).
+    pub fn stop(&mut self, name: &str) -> bool {
+        let mut ok = true;
+        self.procs.retain_mut(|(n, child, st)| {
+            if n == name {
+                ok &= crate::proc::stop(child.id(), *st, Duration::from_secs(10));
+                let _ = child.try_wait();
+                false
+            } else {
+                true
+            }
+        });
+        ok
+    }
+}
+
+impl Drop for ExtraProcs {
+    fn drop(&mut self) {
+        for (_, mut child, st) in self.procs.drain(..) {
+            crate::proc::stop(child.id(), st, Duration::from_secs(10));
+            let _ = child.try_wait();
+        }
+    }
+}
+
+/// A torrc for an extra stock tor process in the network `info`: a
+/// client when `socks` is given, otherwise (no SOCKS port) a process for
+/// onion services, which `extra` configures.
+pub fn tor_torrc(
+    info: &crate::netinfo::NetworkInfo,
+    nick: &str,
+    data_dir: &Path,
+    socks: Option<u16>,
+    extra: &[String],
+) -> String {
+    use crate::spec::Role;
+    let dirauths: Vec<String> = info
+        .nodes
+        .iter()
+        .filter(|n| n.has_role(Role::Authority))
+        .map(|a| {
+            crate::torrc::dirauthority_line(
+                &a.name,
+                a.or_port.unwrap_or(0),
+                a.v3ident.as_deref().unwrap_or(""),
+                &a.address,
+                a.dir_port.unwrap_or(0),
+                a.fingerprint.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+    let addr = info
+        .nodes
+        .first()
+        .map(|n| n.address.clone())
+        .unwrap_or_else(|| "127.0.0.1".into());
+    crate::torrc::render(&crate::torrc::TorNode {
+        nick,
+        role: if socks.is_some() {
+            Role::Client
+        } else {
+            Role::OnionService
+        },
+        data_dir,
+        addr: &addr,
+        or_port: None,
+        dir_port: None,
+        socks_port: socks,
+        control_port: None,
+        resolv_conf: None,
+        dirauths: &dirauths,
+        extra,
+    })
+}
+
+/// A configuration for an extra onionmix process (client or onion
+/// service) in the network `info`: `top` lines, the authorities, then
+/// `tail` (e.g. an `[[onion_service]]` block).
+pub fn onionmix_config(
+    info: &crate::netinfo::NetworkInfo,
+    data_dir: &Path,
+    top: &[String],
+    tail: &str,
+) -> String {
+    use crate::spec::Role;
+    let mut s = format!(
+        "data_dir = {:?}\ntesting_network = true\npaths_needed_to_build_circuits = 0.67\n",
+        data_dir.display().to_string()
+    );
+    for l in top {
+        s.push_str(l);
+        s.push('\n');
+    }
+    for a in info.nodes.iter().filter(|n| n.has_role(Role::Authority)) {
+        s.push_str(&format!(
+            "\n[[authority]]\nnickname = {:?}\nv3ident = {:?}\nfingerprint = {:?}\ndir_addr = \"{}:{}\"\nor_addr = \"{}:{}\"\n",
+            a.name,
+            a.v3ident.as_deref().unwrap_or(""),
+            a.fingerprint.as_deref().unwrap_or(""),
+            a.address,
+            a.dir_port.unwrap_or(0),
+            a.address,
+            a.or_port.unwrap_or(0),
+        ));
+    }
+    s.push_str(tail);
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

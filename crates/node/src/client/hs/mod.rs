@@ -86,6 +86,8 @@ pub struct HsStats {
     pub desc_cache_hits: AtomicU64,
     /// Introductions attempted.
     pub intro_attempts: AtomicU64,
+    /// PoW puzzles solved for INTRODUCE1.
+    pub pow_solved: AtomicU64,
     /// Rendezvous circuits joined.
     pub rend_joined: AtomicU64,
     /// Streams opened on an existing rendezvous circuit.
@@ -108,6 +110,7 @@ impl HsStats {
             "desc_fetches": g(&self.desc_fetches),
             "desc_cache_hits": g(&self.desc_cache_hits),
             "intro_attempts": g(&self.intro_attempts),
+            "pow_solved": g(&self.pow_solved),
             "rend_joined": g(&self.rend_joined),
             "rend_reused": g(&self.rend_reused),
             "connects_ok": g(&self.connects_ok),
@@ -545,6 +548,9 @@ impl HsClient {
         };
         let pow_fut = solve_pow(desc, effort);
         let (rend, intro, pow) = tokio::join!(rend_fut, intro_fut, pow_fut);
+        if pow.is_some() {
+            HsStats::bump(&self.inner.stats.pow_solved);
+        }
         let mut rend = rend.map_err(|_| IntroOutcome::Rend(RendFailure::CircuitClosed))?;
         let mut intro = match intro {
             Ok(i) => i,
