@@ -30,6 +30,9 @@ use crate::reactor::{ChanCommand, ChannelHandle};
 
 /// Time to connect to a local target.
 pub const TARGET_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A rendezvous circuit with no stream for this long is closed (its slot
+/// among [`super::MAX_RENDEZVOUS`] freed); clients make a new one.
+pub const REND_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// Per-service settings for rendezvous circuits.
 pub(super) struct Settings {
@@ -92,7 +95,19 @@ pub(super) async fn serve(
     let chan = hs.circ.chan.clone();
     let circ_id = hs.circ.circ_id;
     let circ_credits = hs.circ.credits.clone();
-    while let Some(ev) = hs.next_event().await {
+    loop {
+        let ev = match tokio::time::timeout(REND_IDLE_TIMEOUT, hs.next_event()).await {
+            Ok(ev) => ev,
+            // No new stream for a while: close the circuit if none is open.
+            Err(_) if streams.available_permits() == max => {
+                debug!("closing an idle rendezvous circuit");
+                break;
+            }
+            Err(_) => continue,
+        };
+        let Some(ev) = ev else {
+            break;
+        };
         let HsEvent::IncomingStream {
             stream,
             port,
