@@ -218,6 +218,7 @@ pub fn start(ctx: ServiceCtx, cfg: OnionServiceConfig) -> Result<ServiceHandle, 
         rend_limit: Arc::new(Semaphore::new(MAX_RENDEZVOUS)),
         cookies: ReplayCache::new(REPLAY_CACHE.0, REPLAY_CACHE.1),
         testing,
+        warned_no_hsdirs: false,
     };
     tokio::spawn(svc.run(rx));
     Ok(handle)
@@ -239,6 +240,7 @@ struct Service {
     rend_limit: Arc<Semaphore>,
     cookies: ReplayCache,
     testing: bool,
+    warned_no_hsdirs: bool,
 }
 
 impl Service {
@@ -450,6 +452,17 @@ impl Service {
     }
 
     fn publish(&mut self, net: &HsNet, now: u64) {
+        if net.n_hsdirs() == 0 {
+            if !self.warned_no_hsdirs {
+                warn!(
+                    "onion service: the consensus lists no HSDirs (relays with the HSDir flag and \
+                     HSDir=2); its descriptors cannot be published"
+                );
+                self.warned_no_hsdirs = true;
+            }
+            return;
+        }
+        self.warned_no_hsdirs = false;
         let cur = net.plan.current_desc_period;
         let next = net.plan.next_desc_period;
         for p in [cur, next] {
