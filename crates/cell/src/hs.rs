@@ -533,6 +533,50 @@ impl HsMsg {
     }
 }
 
+/// A BEGIN received on a rendezvous circuit (rend-spec-v3 §4.3 "[ADDR]
+/// ignored"): the service looks only at the port. Stock tor clients send
+/// an empty address (`":80"`), which [`crate::relay::Begin::parse`] (an
+/// exit's parser) refuses, so services parse with this instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnionBegin {
+    /// The virtual port.
+    pub port: u16,
+    /// BEGIN flags, if any.
+    pub flags: u32,
+}
+
+impl OnionBegin {
+    /// Parse a BEGIN body: `ADDRPORT NUL [FLAGS]`, any (or no) address, a
+    /// port from 1 to 65535.
+    pub fn parse(d: &[u8]) -> Result<Self, CellError> {
+        let nul = d
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(CellError::Truncated("BEGIN addrport"))?;
+        let addrport = d.get(..nul).ok_or(CellError::Truncated("BEGIN"))?;
+        let colon = addrport
+            .iter()
+            .rposition(|&b| b == b':')
+            .ok_or_else(|| CellError::invalid("BEGIN", "no port"))?;
+        let port_s = addrport
+            .get(colon + 1..)
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .ok_or_else(|| CellError::invalid("BEGIN", "bad port"))?;
+        let port: u16 = port_s
+            .parse()
+            .map_err(|_| CellError::invalid("BEGIN", "bad port"))?;
+        if port == 0 {
+            return Err(CellError::invalid("BEGIN", "port 0"));
+        }
+        let rest = d.get(nul + 1..).unwrap_or(&[]);
+        let flags = match rest {
+            [a, b, c, e, ..] => u32::from_be_bytes([*a, *b, *c, *e]),
+            _ => 0,
+        };
+        Ok(Self { port, flags })
+    }
+}
+
 #[cfg(test)]
 #[path = "hs_tests.rs"]
 mod tests;

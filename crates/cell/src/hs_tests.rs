@@ -197,3 +197,27 @@ proptest! {
         prop_assert_eq!(IntroducePlaintext::parse(&b).expect("p"), m);
     }
 }
+
+#[test]
+fn onion_begin_takes_only_the_port() {
+    // Stock tor clients send an empty address to onion services.
+    assert_eq!(
+        OnionBegin::parse(b":80\0").expect("empty address"),
+        OnionBegin { port: 80, flags: 0 }
+    );
+    let with_flags = OnionBegin::parse(b"whatever.onion:443\0\0\0\0\x01").expect("flags");
+    assert_eq!(with_flags.port, 443);
+    assert_eq!(with_flags.flags, 1);
+    for bad in [&b":80"[..], b"80\0", b":0\0", b":65536\0", b":x\0", b""] {
+        assert!(OnionBegin::parse(bad).is_err(), "{bad:?}");
+    }
+    // The exit's parser refuses what a stock client sends.
+    assert!(crate::relay::Begin::parse(b":80\0").is_err());
+}
+
+proptest! {
+    #[test]
+    fn onion_begin_never_panics(d in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = OnionBegin::parse(&d);
+    }
+}

@@ -43,3 +43,20 @@ pub fn hash_password(a: HashPasswordArgs) -> anyhow::Result<()> {
     println!("{h}");
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct OnionServiceArgs {
+    /// Configuration file: the client schema with one or more
+    /// `[[onion_service]]` blocks (see docs/onion-services.md).
+    #[arg(long)]
+    config: std::path::PathBuf,
+}
+
+pub fn run_onion_service(a: OnionServiceArgs) -> anyhow::Result<()> {
+    let cfg = ClientConfig::load(&a.config)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(client::run_services(cfg))?;
+    Ok(())
+}

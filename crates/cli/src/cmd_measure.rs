@@ -126,7 +126,41 @@ fn meta(cfg: &WorkloadConfig, specs: Vec<String>) -> RunMeta {
     }
 }
 
-fn endpoint(info: &NetworkInfo, client: Option<&str>) -> anyhow::Result<Endpoint> {
+fn endpoint(
+    info: &NetworkInfo,
+    client: Option<&str>,
+    cfg: &WorkloadConfig,
+) -> anyhow::Result<Endpoint> {
+    let onion = match cfg.onion_target().map_err(anyhow::Error::msg)? {
+        None => None,
+        Some(name) => {
+            let s = if name.is_empty() {
+                info.onion_services.first()
+            } else {
+                info.onion_service(name)
+            };
+            let s = s.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "target {:?}: {} has no such onion service (onion services: {})",
+                    cfg.target.as_deref().unwrap_or(""),
+                    info.spec,
+                    info.onion_services
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+            Some((
+                s.name.clone(),
+                onionmix_testbed::workload::OnionTarget {
+                    address: s.address.clone(),
+                    http_port: s.http_port,
+                    echo_port: s.echo_port,
+                },
+            ))
+        }
+    };
     let sink = info
         .sink
         .as_ref()
@@ -149,7 +183,11 @@ fn endpoint(info: &NetworkInfo, client: Option<&str>) -> anyhow::Result<Endpoint
             .ok_or_else(|| anyhow::anyhow!("the network has no client"))?,
     };
     Ok(Endpoint {
-        label: format!("{}/{}", info.spec, c.name),
+        // Through an onion service: `<spec>/<client>@<service>`.
+        label: match &onion {
+            Some((name, _)) => format!("{}/{}@{name}", info.spec, c.name),
+            None => format!("{}/{}", info.spec, c.name),
+        },
         socks: c
             .socks_addr()
             .ok_or_else(|| anyhow::anyhow!("{} has no SOCKS port", c.name))?,
@@ -181,6 +219,7 @@ fn endpoint(info: &NetworkInfo, client: Option<&str>) -> anyhow::Result<Endpoint
                 work_dir: info.dir.join("measure-fresh"),
             },
         }),
+        onion: onion.map(|(_, t)| t),
     })
 }
 
@@ -259,10 +298,10 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     let eps: Vec<Endpoint> = if a.client.as_deref() == Some("all") {
         info.clients(None)
             .iter()
-            .map(|c| endpoint(&info, Some(&c.name)))
+            .map(|c| endpoint(&info, Some(&c.name), &cfg))
             .collect::<anyhow::Result<_>>()?
     } else {
-        vec![endpoint(&info, a.client.as_deref())?]
+        vec![endpoint(&info, a.client.as_deref(), &cfg)?]
     };
     if eps.is_empty() {
         anyhow::bail!("the network has no client");
@@ -374,7 +413,7 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         eprintln!("starting {} in {}", spec.name, dir.display());
         let net = launcher::start(&spec, &dir, &opts)?;
         let guard = NetworkGuard(Some(net));
-        let mut ep = endpoint(guard.info(), None)?;
+        let mut ep = endpoint(guard.info(), None, &cfg)?;
         if a.specs.iter().filter(|x| **x == *s).count() > 1 {
             ep.label = format!("{}#{i}", ep.label);
         }

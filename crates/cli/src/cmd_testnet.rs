@@ -176,6 +176,17 @@ fn print_status(info: &NetworkInfo) {
             },
         );
     }
+    for o in &info.onion_services {
+        println!(
+            "{:<12} {:<9} {:<10} {}  http :{} echo :{}",
+            o.name,
+            format!("{:?}", o.implementation).to_lowercase(),
+            "onion",
+            o.address,
+            o.http_port,
+            o.echo_port
+        );
+    }
     if let Some(e) = &info.emulator {
         println!(
             "\nlink emulator pid {} ({}), subnet {}",

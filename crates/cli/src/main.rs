@@ -54,6 +54,10 @@ enum Command {
     /// Hash a control-port password for `hashed_control_password` (the
     /// format of `tor --hash-password`).
     HashPassword(cmd_client::HashPasswordArgs),
+    /// Host v3 onion services (keys in tor's HiddenServiceDir layout,
+    /// ports like HiddenServicePort), without a SOCKS port.
+    #[command(name = "onion-service")]
+    OnionService(cmd_client::OnionServiceArgs),
     /// Run a Tor-compatible relay (guard, middle or exit).
     Relay(cmd_relay::RelayArgs),
     /// Run a v3 directory authority (votes, consensus, directory service).
@@ -82,6 +86,7 @@ fn main() -> std::process::ExitCode {
         Command::Sink(a) => cmd_testnet::run_sink(a),
         Command::Client(a) => cmd_client::run(a),
         Command::HashPassword(a) => cmd_client::hash_password(a),
+        Command::OnionService(a) => cmd_client::run_onion_service(a),
         Command::Relay(a) => cmd_relay::run(a),
         Command::Authority(a) => cmd_authority::run(a),
         Command::Emulator(a) => cmd_emu::run(a),

@@ -1,8 +1,9 @@
 //! Issue 11 item 2: `.onion` and `.exit` names never leave the client.
 //!
 //! On `onionmix-basic`, SOCKS5 CONNECT and RESOLVE and SOCKS4a CONNECT and
-//! RESOLVE to a valid v3 `.onion`, an invalid `.onion` and a `.exit` name
-//! are refused at once with the reply stock tor 0.4.9 gives, and the
+//! RESOLVE to a valid v3 `.onion` (of no existing service), an invalid
+//! `.onion` and a `.exit` name are refused at once with the reply stock
+//! tor 0.4.9 gives, and the
 //! exits' resolver (the sink's DNS, which logs every name it is asked) never
 //! sees any of them, while an ordinary name is resolved there. SOCKS4 and
 //! SOCKS4a carry verified downloads.
@@ -86,8 +87,10 @@ fn onion_and_exit_names_never_leave_the_client() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         // Stock tor 0.4.9's answers (measured; see docs/client.md): CONNECT
-        // gets 1 (general failure), RESOLVE 4 (host unreachable); a
-        // well-formed onion address gets 4 until onion services exist.
+        // gets 1 (general failure), RESOLVE 4 (host unreachable). A
+        // well-formed onion address goes to the onion-service client, which
+        // finds no descriptor for this made-up service (4 without extended
+        // errors, 0xF0 with them), asking HSDirs only: never an exit.
         let cases = [
             (ONION, 1u8, 4u8),
             (BAD_ONION, 1, 4),

@@ -137,6 +137,7 @@ async fn socks_port(circmgr: &CircMgr, optimistic_reply: bool) -> SocketAddr {
         hub: Arc::new(onionmix_node::client::control::hub::ControlHub::new()),
         optimistic_data: true,
         optimistic_reply,
+        hs: None,
     };
     tokio::spawn(socks::serve(l, ctx, 64));
     addr

@@ -54,8 +54,8 @@ pub enum IntroError {
     /// hs-ntor failed.
     #[error(transparent)]
     Ntor(#[from] HsNtorError),
-    /// RENDEZVOUS2's handshake info has the wrong length.
-    #[error("RENDEZVOUS2 handshake info must be 64 bytes")]
+    /// RENDEZVOUS2's handshake info is too short.
+    #[error("RENDEZVOUS2 handshake info must be at least 64 bytes")]
     BadHandshakeInfo,
 }
 
@@ -324,11 +324,37 @@ pub fn rendezvous1(
     .encode()?)
 }
 
-/// Client: split RENDEZVOUS2's handshake info into `(SERVER_PK, AUTH)`.
-pub fn rendezvous2_handshake(info: &[u8]) -> Result<([u8; 32], [u8; 32]), IntroError> {
-    if info.len() != 64 {
-        return Err(IntroError::BadHandshakeInfo);
+/// tor pads RENDEZVOUS1 with random bytes to the size of the legacy
+/// (v2) cell, `REND_COOKIE_LEN + DH1024_KEY_LEN + DIGEST_LEN` = 168 bytes
+/// (`HS_LEGACY_RENDEZVOUS_CELL_SIZE`), so v3 rendezvous looks like v2.
+pub const LEGACY_RENDEZVOUS1_LEN: usize = 20 + 128 + 20;
+
+/// Service: RENDEZVOUS1 as stock tor sends it, padded with random bytes to
+/// [`LEGACY_RENDEZVOUS1_LEN`]. The rendezvous point relays everything after
+/// the cookie as RENDEZVOUS2, so the client sees 148 bytes of handshake
+/// info and reads the first 64.
+pub fn rendezvous1_padded(
+    cookie: &[u8; 20],
+    server_pk: &[u8; 32],
+    auth: &[u8; 32],
+    rng: &mut dyn rand_core::RngCore,
+) -> Result<Vec<u8>, IntroError> {
+    let mut out = rendezvous1(cookie, server_pk, auth)?;
+    let start = out.len();
+    if start < LEGACY_RENDEZVOUS1_LEN {
+        out.resize(LEGACY_RENDEZVOUS1_LEN, 0);
+        if let Some(pad) = out.get_mut(start..) {
+            rng.fill_bytes(pad);
+        }
     }
+    Ok(out)
+}
+
+/// Client: `(SERVER_PK, AUTH)` from RENDEZVOUS2's handshake info: its
+/// first 64 bytes (tor's trunnel parser reads a fixed 64-byte field and
+/// ignores the padding a stock service adds).
+pub fn rendezvous2_handshake(info: &[u8]) -> Result<([u8; 32], [u8; 32]), IntroError> {
+    let info = info.get(..64).ok_or(IntroError::BadHandshakeInfo)?;
     let (y, a) = info.split_at(32);
     Ok((
         y.try_into().map_err(|_| IntroError::BadHandshakeInfo)?,

@@ -157,6 +157,19 @@ fn introduce_and_rendezvous_end_to_end() {
     assert_eq!(ckeys.kf, skeys.kf);
     assert_eq!(ckeys.db, skeys.db);
     assert!(rendezvous2_handshake(&[0; 63]).is_err());
+    // What a stock service sends: padded to the legacy size; the client
+    // reads the first 64 bytes of the 148 the rendezvous point relays.
+    let padded = rendezvous1_padded(
+        &opened.plaintext.rend_cookie,
+        &y,
+        &auth,
+        &mut rand::rngs::OsRng,
+    )
+    .expect("r1");
+    assert_eq!(padded.len(), LEGACY_RENDEZVOUS1_LEN);
+    let info = padded.get(20..).expect("cookie");
+    assert_eq!(info.len(), 148);
+    assert_eq!(rendezvous2_handshake(info).expect("148 bytes"), (y2, auth2));
 }
 
 #[test]

@@ -15,6 +15,8 @@
 //! | [`desc`] | descriptors: build/sign/encrypt (service), parse/verify/decrypt (client), outer checks (HSDir) |
 //! | [`intro`] | ESTABLISH_INTRO (MAC, signature, DoS ext), INTRODUCE1/2 (padding, encryption, MAC), RENDEZVOUS1/2 |
 //! | [`ntor`] | hs-ntor: INTRODUCE1 keys and MAC, RENDEZVOUS1 AUTH, virtual-hop keys |
+//! | [`client`] | the client's connect machine (fetch, introduce, retry, give up) and its bounded caches |
+//! | [`service`] | the service's introduction-point set, descriptor upload schedule, port map |
 //!
 //! Cell codecs for the onion-service relay messages are in
 //! `onionmix_cell::hs`, the virtual-hop relay crypto in
@@ -24,6 +26,7 @@
 
 pub mod addr;
 pub mod auth;
+pub mod client;
 pub mod desc;
 pub mod error;
 pub mod intro;
@@ -32,6 +35,7 @@ pub mod ntor;
 #[cfg(feature = "pow")]
 pub mod pow;
 pub mod ring;
+pub mod service;
 pub mod time;
 
 pub use addr::{AddressError, OnionAddress};

@@ -91,6 +91,10 @@ pub struct HopKeys {
     pub layer: Box<dyn ClientLayer>,
     /// `Some(sendme_inc)`: congestion control on this hop.
     pub cc_sendme_inc: Option<u8>,
+    /// The handshake's `KH` (the 20 bytes after the tor1 keys), which
+    /// onion services bind ESTABLISH_INTRO to (rend-spec-v3 §3.1.1
+    /// `HANDSHAKE_AUTH`).
+    pub kh: [u8; 20],
 }
 
 /// Finish the handshake and build the hop's layer. The relay's ntor-v3
@@ -125,7 +129,23 @@ pub fn handshake_finish(
     Ok(HopKeys {
         layer: Box::new(Tor1(Tor1Layer::new(&keys))),
         cc_sendme_inc,
+        kh: keys.kh,
     })
+}
+
+/// The onion-service virtual hop's relay crypto as a circuit layer.
+pub struct HsHop(pub onionmix_crypto::relay_crypto_hs::HsRelayLayer);
+
+impl ClientLayer for HsHop {
+    fn originate_forward(&mut self, body: &mut CellBody) -> [u8; 20] {
+        self.0.originate_forward(body)
+    }
+    fn encrypt_forward(&mut self, body: &mut CellBody) {
+        self.0.encrypt_forward(body)
+    }
+    fn decrypt_backward(&mut self, body: &mut CellBody) -> Option<[u8; 20]> {
+        self.0.decrypt_backward(body)
+    }
 }
 
 /// Checks responder CERTS cells with `onionmix-crypto`.

@@ -12,3 +12,4 @@ pub mod memory;
 pub mod metrics;
 pub mod reactor;
 pub mod relay;
+pub mod service;

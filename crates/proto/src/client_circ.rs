@@ -86,6 +86,10 @@ pub enum StreamKind {
     Open,
     /// RESOLVE sent; waiting for RESOLVED.
     Resolving,
+    /// BEGIN received from the last hop on a circuit that accepts streams
+    /// (an onion service's rendezvous circuit); waiting for the driver to
+    /// accept (CONNECTED) or refuse (END). DATA may already arrive.
+    Incoming,
 }
 
 #[derive(Debug)]
@@ -197,6 +201,24 @@ pub enum CircEvent {
         /// Reason code.
         reason: u8,
     },
+    /// An onion-service message (relay commands 32-40) on stream 0.
+    Hs {
+        /// The hop it came from.
+        hop: usize,
+        /// Its relay command.
+        cmd: RelayCmd,
+        /// Its body.
+        data: Vec<u8>,
+    },
+    /// A BEGIN from the last hop on a circuit that accepts streams: accept
+    /// with [`ClientCircuit::accept_stream`] or refuse with
+    /// [`ClientCircuit::end_stream`].
+    IncomingStream {
+        /// Stream ID (chosen by the other end).
+        stream: u16,
+        /// The port it asked for.
+        port: u16,
+    },
 }
 
 /// The client side of one circuit.
@@ -210,6 +232,7 @@ pub struct ClientCircuit {
     relay_early_left: u8,
     extending: bool,
     closed: bool,
+    accept_incoming: bool,
     rng: StdRng,
 }
 
@@ -240,6 +263,7 @@ impl ClientCircuit {
             relay_early_left: MAX_RELAY_EARLY,
             extending: false,
             closed: false,
+            accept_incoming: false,
             rng,
         }
     }
@@ -365,6 +389,13 @@ impl ClientCircuit {
         let sid = self.alloc_sid()?;
         let hop = self.hops.len() - 1;
         let cell = self.out(hop, cmd, sid, data, false)?;
+        self.insert_stream(sid, hop, kind);
+        Ok((sid, cell))
+    }
+
+    /// Track stream `sid` at `hop`: XON/XOFF when that hop runs congestion
+    /// control, stream windows otherwise.
+    pub(super) fn insert_stream(&mut self, sid: u16, hop: usize, kind: StreamKind) {
         let (rx, tx) = if self.hops[hop].send.is_cc() {
             (
                 StreamRx::Flow(FlowRx::new(&self.params, true)),
@@ -377,7 +408,6 @@ impl ClientCircuit {
             )
         };
         self.streams.insert(sid, StreamEntry { hop, kind, rx, tx });
-        Ok((sid, cell))
     }
 
     /// Open a stream to a host and port at the last hop.
@@ -562,6 +592,9 @@ impl ClientCircuit {
             }
         }
         let (hop, digest) = hop.ok_or(CircError::Unrecognized)?;
+        if self.accept_incoming && relay::header(body).cmd == RelayCmd::BEGIN {
+            return self.incoming_begin(hop, body, events, out);
+        }
         let (sid, msg) = RelayMsg::decode(body)?;
         // A stream message from a hop other than the stream's is a
         // protocol violation.
@@ -583,7 +616,7 @@ impl ClientCircuit {
                     out.push(self.out(hop, RelayCmd::SENDME, 0, &m, false)?);
                 }
                 if let Some(s) = self.streams.get_mut(&sid) {
-                    if s.kind != StreamKind::Open {
+                    if !matches!(s.kind, StreamKind::Open | StreamKind::Incoming) {
                         return Err(CircError::Protocol("DATA before CONNECTED"));
                     }
                     s.rx.on_data()?;
@@ -686,6 +719,13 @@ impl ClientCircuit {
                 events.push(CircEvent::Destroyed { reason: r });
             }
             RelayMsg::Drop => {}
+            RelayMsg::Unknown(cmd, d) if sid == 0 && hs::is_hs_cmd(cmd) => {
+                events.push(CircEvent::Hs {
+                    hop,
+                    cmd,
+                    data: d.to_vec(),
+                });
+            }
             RelayMsg::Begin(_)
             | RelayMsg::Extend2(_)
             | RelayMsg::Truncate
@@ -709,6 +749,9 @@ impl ClientCircuit {
         self.streams.keys().copied().collect()
     }
 }
+
+#[path = "client_circ_hs.rs"]
+mod hs;
 
 /// END reason the client reports when a circuit dies under a stream.
 pub const END_REASON_CIRCUIT_GONE: u8 = end_reason::DESTROY;

@@ -282,6 +282,7 @@ fn unreachable_info() -> &'static NetworkInfo {
         nodes: Vec::new(),
         sink: None,
         emulator: None,
+        onion_services: Vec::new(),
     })
 }
 
@@ -547,7 +548,10 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     }
                 }
             }
-            (_, Role::Client | Role::Mix | Role::Provider | Role::MixClient) => {}
+            (
+                _,
+                Role::Client | Role::Mix | Role::Provider | Role::MixClient | Role::OnionService,
+            ) => {}
         }
     }
 
@@ -588,10 +592,24 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         let _ = std::fs::write(&path, format!("nameserver {sink_addr}:{dns}\n"));
         path
     });
+    let sink_targets = sink_ports.map(|(http, echo, _)| {
+        let ip: std::net::IpAddr = sink_addr.parse().unwrap_or([127, 0, 0, 1].into());
+        (SocketAddr::new(ip, http), SocketAddr::new(ip, echo))
+    });
     for n in &planned {
         let i = &n.info;
         match i.implementation {
             Implementation::Tor => {
+                // An onion service's own lines first: the spec's lines may
+                // add options for it.
+                let extra: Vec<String> = match (n.role, sink_targets) {
+                    (Role::OnionService, Some((http, echo))) => {
+                        let mut l = crate::onion::torrc_lines(&i.data_dir, http, echo);
+                        l.extend(n.extra.iter().cloned());
+                        l
+                    }
+                    _ => n.extra.clone(),
+                };
                 let t = torrc::render(&torrc::TorNode {
                     nick: &i.name,
                     role: n.role,
@@ -603,7 +621,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     control_port: i.control_port,
                     resolv_conf: resolv.as_deref(),
                     dirauths: &dirauth_lines,
-                    extra: &n.extra,
+                    extra: &extra,
                     voting: spec.voting_schedule(),
                 });
                 std::fs::write(i.data_dir.join("torrc"), t)
@@ -627,6 +645,13 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     spec.voting_schedule(),
                 )
                 .map_err(|e| LaunchError::node(e, i))?,
+                Role::OnionService => {
+                    let (http, echo) = sink_targets
+                        .ok_or_else(|| LaunchError::node("an onion service needs the sink", i))?;
+                    let block = crate::onion::onionmix_block(&i.data_dir, http, echo, &n.extra);
+                    write_onionmix_service_config(i, &auth_entries, &block)
+                        .map_err(|e| LaunchError::node(e, i))?
+                }
                 Role::Mix | Role::Provider | Role::MixClient => {}
             },
         }
@@ -675,6 +700,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             nodes: started.to_vec(),
             sink: sink.clone(),
             emulator: None,
+            onion_services: Vec::new(),
         };
         stop_info(&info);
         for c in children.iter_mut() {
@@ -721,7 +747,13 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             log,
         });
     }
-    let order = [Role::Authority, Role::Relay, Role::Exit, Role::Client];
+    let order = [
+        Role::Authority,
+        Role::Relay,
+        Role::Exit,
+        Role::OnionService,
+        Role::Client,
+    ];
     p.step(
         "start",
         &format!(
@@ -749,6 +781,10 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                             .arg("authority")
                             .arg("--config")
                             .arg(info.data_dir.join("authority.toml")),
+                        Role::OnionService => c
+                            .arg("onion-service")
+                            .arg("--config")
+                            .arg(info.data_dir.join("service.toml")),
                         _ => c
                             .arg("relay")
                             .arg("--config")
@@ -784,6 +820,20 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         .iter()
         .find(|n| n.has_role(Role::Authority))
         .and_then(|n| n.dir_addr());
+    // Onion services: their addresses now (both implementations write the
+    // hostname file at start); reachability from every client is checked
+    // once the clients work.
+    let mut onion_services = Vec::new();
+    for n in started.iter().filter(|n| n.has_role(Role::OnionService)) {
+        match crate::onion::info(n, Duration::from_secs(30)) {
+            Ok(s) => onion_services.push(s),
+            Err(e) => {
+                let err = LaunchError::node(e, n);
+                return Err(fail(&mut children, &started, &sink_info, err));
+            }
+        }
+    }
+    let mut onion_wait: Option<crate::onion::OnionWait> = None;
     let mut last_count = usize::MAX;
     let mut consensus_ok = false;
     let mut clients_done = 0;
@@ -880,8 +930,22 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     .all(|socks| echo_through_socks(socks, echo)),
                 None => true,
             };
-            if usable {
+            if usable && onion_wait.is_none() {
                 p.step("traffic", "every client carried a round trip to the sink");
+                onion_wait = Some(crate::onion::OnionWait::new(&clients, &onion_services));
+            }
+        }
+        if let Some(w) = onion_wait.as_mut() {
+            let before = w.progress().0;
+            w.poll();
+            let (ok, all) = w.progress();
+            if ok != before && all > 0 {
+                p.step(
+                    "onion",
+                    &format!("{ok}/{all} client-service pairs carried a round trip"),
+                );
+            }
+            if w.done() {
                 break;
             }
         }
@@ -901,6 +965,17 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             } else {
                 started.iter().find(|n| n.has_role(Role::Authority))
             };
+            if let Some(pair) = onion_wait.as_ref().and_then(|w| w.first_missing()) {
+                let svc = pair.rsplit(" -> ").next().unwrap_or_default().to_string();
+                let err = match started.iter().find(|n| n.name == svc) {
+                    Some(n) => LaunchError::node(
+                        format!("onion service not reachable within {timeout:?} ({pair})"),
+                        n,
+                    ),
+                    None => LaunchError::new(format!("onion service not reachable ({pair})")),
+                };
+                return Err(fail(&mut children, &started, &sink_info, err));
+            }
             let msg = if consensus_ok && done == clients.len() && lagging.is_some() {
                 format!("relay holds no consensus listing all {n_relays} relays within {timeout:?}")
             } else if consensus_ok {
@@ -940,6 +1015,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         bootstrap_secs: p.t0.elapsed().as_secs_f64(),
         nodes: started,
         sink: sink_info,
+        onion_services,
         emulator: emu.as_ref().map(|h| crate::netinfo::EmulatorInfo {
             state_dir: h.state_dir.clone(),
             pid: h.ready.pid,
@@ -1244,6 +1320,22 @@ fn write_onionmix_client_config(
     }
     s.push_str(&auth_toml(auths));
     std::fs::write(i.data_dir.join("client.toml"), s).map_err(|e| e.to_string())
+}
+
+/// An onionmix onion-service process: the client schema (no SOCKS port is
+/// opened by `onionmix onion-service`) with the service block.
+fn write_onionmix_service_config(
+    i: &NodeInfo,
+    auths: &[AuthEntry],
+    block: &str,
+) -> Result<(), String> {
+    let mut s = format!(
+        "data_dir = {:?}\ntesting_network = true\npaths_needed_to_build_circuits = 0.67\n",
+        i.data_dir.display().to_string(),
+    );
+    s.push_str(&auth_toml(auths));
+    s.push_str(block);
+    std::fs::write(i.data_dir.join("service.toml"), s).map_err(|e| e.to_string())
 }
 
 fn sink_dns(sink_addr: &str, ports: Option<(u16, u16, u16)>) -> Option<String> {

@@ -10,6 +10,7 @@ pub mod http;
 pub mod launcher;
 pub mod loopix;
 pub mod netinfo;
+pub mod onion;
 pub mod proc;
 pub mod sink;
 pub mod socks;

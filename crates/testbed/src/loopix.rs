@@ -78,6 +78,7 @@ pub fn start(
         nodes,
         sink: None,
         emulator: None,
+        onion_services: Vec::new(),
     };
     let deadline = t0 + opts.timeout.unwrap_or(Duration::from_secs(60));
     step("ready?", "waiting for every node to bind its socket");

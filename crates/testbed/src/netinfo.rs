@@ -101,6 +101,26 @@ pub struct NetworkInfo {
     /// The link emulator, if the network is emulated.
     #[serde(default)]
     pub emulator: Option<EmulatorInfo>,
+    /// Onion services (nodes with the `onion-service` role).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub onion_services: Vec<OnionServiceInfo>,
+}
+
+/// An onion service of the network: its virtual ports lead to the sink.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OnionServiceInfo {
+    /// Node name (e.g. `hs0`, `omhs0`).
+    pub name: String,
+    /// Which implementation runs it.
+    pub implementation: Implementation,
+    /// Its address (`<56 characters>.onion`).
+    pub address: String,
+    /// Virtual port of the sink's HTTP server.
+    pub http_port: u16,
+    /// Virtual port of the sink's echo server.
+    pub echo_port: u16,
+    /// Process ID (also in `nodes`).
+    pub pid: u32,
 }
 
 /// The link emulator process of an emulated network.
@@ -142,6 +162,10 @@ impl NetworkInfo {
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
         self.nodes.iter().find(|n| n.name == name)
+    }
+    /// An onion service by node name.
+    pub fn onion_service(&self, name: &str) -> Option<&OnionServiceInfo> {
+        self.onion_services.iter().find(|s| s.name == name)
     }
     /// Clients of an implementation.
     pub fn clients(&self, imp: Option<Implementation>) -> Vec<&NodeInfo> {

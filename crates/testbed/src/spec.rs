@@ -50,6 +50,24 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "onionmix-basic-20ms",
         include_str!("../../../testnets/onionmix-basic-20ms.toml"),
     ),
+    (
+        "onionmix-hs",
+        include_str!("../../../testnets/onionmix-hs.toml"),
+    ),
+    ("stock-hs", include_str!("../../../testnets/stock-hs.toml")),
+    ("mixed-hs", include_str!("../../../testnets/mixed-hs.toml")),
+    (
+        "onionmix-hs-20ms",
+        include_str!("../../../testnets/onionmix-hs-20ms.toml"),
+    ),
+    (
+        "stock-hs-20ms",
+        include_str!("../../../testnets/stock-hs-20ms.toml"),
+    ),
+    (
+        "mixed-hs-20ms",
+        include_str!("../../../testnets/mixed-hs-20ms.toml"),
+    ),
 ];
 
 /// Which implementation runs a node.
@@ -80,6 +98,9 @@ pub enum Role {
     Provider,
     /// Loopix client.
     MixClient,
+    /// A v3 onion service in front of the sink's HTTP and echo ports.
+    #[serde(rename = "onion-service")]
+    OnionService,
 }
 
 impl Role {
@@ -93,6 +114,7 @@ impl Role {
             Role::Mix => "mix",
             Role::Provider => "provider",
             Role::MixClient => "mixclient",
+            Role::OnionService => "hs",
         }
     }
     /// Whether nodes of this role appear in the consensus.
@@ -302,6 +324,11 @@ impl Spec {
         }
         if count(Role::Client) > 0 && count(Role::Exit) == 0 {
             return Err(self.invalid("clients need at least one exit"));
+        }
+        if count(Role::OnionService) > 0 && (count(Role::Exit) == 0 || !self.sink) {
+            return Err(self.invalid(
+                "onion services need an exit (to bootstrap) and the sink (their target)",
+            ));
         }
         if count(Role::Authority) + count(Role::Relay) + count(Role::Exit) < 3 {
             return Err(self.invalid("3-hop circuits need at least 3 relays (authorities count)"));

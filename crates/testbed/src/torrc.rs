@@ -204,7 +204,7 @@ pub fn render(n: &TorNode<'_>) -> String {
                 l.push("ServerDNSAllowBrokenConfig 1".into());
             }
         }
-        Role::Client | Role::Mix | Role::Provider | Role::MixClient => {}
+        Role::Client | Role::Mix | Role::Provider | Role::MixClient | Role::OnionService => {}
     }
     l.extend(n.dirauths.iter().cloned());
     l.extend(n.extra.iter().cloned());

@@ -9,6 +9,10 @@
 //! | `goodput` | 002 | continuous download on 1 or more streams for a time after a warm-up: Mbit/s |
 //! | `reliability` | 001 | small page fetches at an interval: error share |
 //! | `access` | 001 (access time) | warm client on a new circuit vs a reused circuit: TTFB |
+//!
+//! `target = "onion:<name>"` sends a workload's traffic to one of the
+//! network's onion services (network.json `onion_services`) instead of
+//! the sink's own address: the service's virtual ports lead to the sink.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +51,19 @@ pub struct Endpoint {
     /// A stock tor client's control port and cookie file, for circuit
     /// build times from CIRC events.
     pub control: Option<(SocketAddr, PathBuf)>,
+    /// Reach the sink through this onion service (`target = "onion:..."`).
+    pub onion: Option<OnionTarget>,
+}
+
+/// An onion service in front of the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnionTarget {
+    /// `<56 characters>.onion`.
+    pub address: String,
+    /// Virtual port of the sink's HTTP server.
+    pub http_port: u16,
+    /// Virtual port of the sink's echo server.
+    pub echo_port: u16,
 }
 
 impl Endpoint {
@@ -59,6 +76,7 @@ impl Endpoint {
             status_json: None,
             fresh: None,
             control: None,
+            onion: None,
             ..self.clone()
         }
     }
@@ -330,6 +348,13 @@ pub struct WorkloadConfig {
     /// measuring client waits for the SOCKS reply.
     #[serde(default)]
     pub optimistic_socks: bool,
+    /// Where the traffic goes: `"sink"` (default, the sink's address),
+    /// `"onion:<name>"`, the onion service `<name>` of the network (its
+    /// virtual ports lead to the sink), or `"onion"`, the network's first
+    /// onion service (for `compare` across specs whose services differ in
+    /// name).
+    #[serde(default)]
+    pub target: Option<String>,
 }
 
 /// `streams = 3` or `streams = [1, 3]`.
@@ -468,7 +493,28 @@ impl WorkloadConfig {
         if c.interval_ms == 0 || c.page_bytes == 0 {
             return bad("interval_ms / page_bytes");
         }
+        match c.onion_target() {
+            Ok(Some(_)) if c.https => {
+                return bad("target: HTTPS goes to the sink's own address, not an onion service");
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
         Ok(c)
+    }
+
+    /// The onion service named by `target`, if any (`""`: the first).
+    pub fn onion_target(&self) -> Result<Option<&str>, String> {
+        match self.target.as_deref() {
+            None | Some("sink") => Ok(None),
+            Some("onion") => Ok(Some("")),
+            Some(t) => match t.strip_prefix("onion:") {
+                Some(name) if !name.is_empty() => Ok(Some(name)),
+                _ => Err(format!(
+                    "invalid target {t:?} (\"sink\", \"onion\" or \"onion:<service name>\")"
+                )),
+            },
+        }
     }
 
     /// Parameters for the run metadata.
@@ -549,7 +595,13 @@ async fn connect(
         return Ok(s);
     }
     let auth = user.map(|u| (u, "x"));
-    socks::connect(ep.socks, &Target::Addr(target), auth, timeout)
+    // Through an onion service: its virtual port for the sink's server.
+    let dest = match &ep.onion {
+        Some(o) if target == ep.http => Target::Host(o.address.clone(), o.http_port),
+        Some(o) if target == ep.echo => Target::Host(o.address.clone(), o.echo_port),
+        _ => Target::Addr(target),
+    };
+    socks::connect(ep.socks, &dest, auth, timeout)
         .await
         .map_err(|e| format!("socks: {e}"))
 }
@@ -1192,9 +1244,16 @@ mod tests {
             "workload = \"session\"\nhttps = \"yes\"",
             "workload = \"bulk\"\nunknown = 1",
             "workload = \"session\"\nscript = []",
+            "workload = \"bulk\"\ntarget = \"onion:\"",
+            "workload = \"bulk\"\ntarget = \"elsewhere\"",
+            "workload = \"session\"\nhttps = true\ntarget = \"onion:hs0\"",
         ] {
             assert!(WorkloadConfig::parse(bad).is_err(), "{bad}");
         }
+        let c = WorkloadConfig::parse("workload = \"voip\"\ntarget = \"onion:omhs0\"").unwrap();
+        assert_eq!(c.onion_target(), Ok(Some("omhs0")));
+        let c = WorkloadConfig::parse("workload = \"bulk\"\ntarget = \"sink\"").unwrap();
+        assert_eq!(c.onion_target(), Ok(None));
         assert!(WorkloadConfig::load("/nonexistent/w.toml").is_err());
         assert!(
             !WorkloadConfig::named("session")
@@ -1272,6 +1331,7 @@ mod tests {
             status_json: None,
             fresh: None,
             control: None,
+            onion: None,
         };
         let quick = |w: &str| {
             let mut c = WorkloadConfig::named(w).unwrap();

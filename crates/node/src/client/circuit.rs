@@ -48,7 +48,9 @@ pub struct HopTarget {
 }
 
 impl HopTarget {
-    fn link_specs(&self) -> Vec<LinkSpec> {
+    /// The link specifiers that name this relay in EXTEND2 (and in onion
+    /// service messages and descriptors).
+    pub fn link_specs(&self) -> Vec<LinkSpec> {
         let mut v = Vec::new();
         if let SocketAddr::V4(a) = self.or_addr {
             v.push(LinkSpec::Ipv4(a));
@@ -121,6 +123,9 @@ pub struct Circuit {
     pub ctl_id: u64,
     /// The SENDME increment, when the exit agreed to congestion control.
     pub cc_sendme_inc: Option<u8>,
+    /// The last hop's handshake `KH` (onion services bind ESTABLISH_INTRO
+    /// to it).
+    pub last_hop_kh: [u8; 20],
     first_used: Mutex<Option<Instant>>,
 }
 
@@ -342,6 +347,7 @@ async fn build_inner(
                 err: e,
             }
         })?;
+        let mut kh = keys.kh;
         let credits = circuit_credits();
         let mut cc_sendme_inc = keys.cc_sendme_inc;
         chan.send(ChanCommand::Install {
@@ -378,6 +384,7 @@ async fn build_inner(
                 }
             })?;
             cc_sendme_inc = keys.cc_sendme_inc;
+            kh = keys.kh;
             chan.send(ChanCommand::AddHop {
                 circ_id,
                 layer: keys.layer,
@@ -389,9 +396,9 @@ async fn build_inner(
         }
         let mut guard = guard;
         guard.armed = false;
-        Ok((circ_id, credits, cc_sendme_inc))
+        Ok((circ_id, credits, cc_sendme_inc, kh))
     };
-    let (circ_id, credits, cc_sendme_inc) = tokio::time::timeout(timeout, fut)
+    let (circ_id, credits, cc_sendme_inc, last_hop_kh) = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| BuildError::Timeout(timeout))??;
     let build_time = start.elapsed();
@@ -414,6 +421,7 @@ async fn build_inner(
         build_time,
         ctl_id,
         cc_sendme_inc,
+        last_hop_kh,
         first_used: Mutex::new(None),
     })
 }

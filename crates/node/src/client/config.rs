@@ -136,6 +136,24 @@ pub struct ClientConfig {
     /// The file this was loaded from (`GETINFO config-file`, RELOAD).
     #[serde(skip)]
     pub config_path: Option<PathBuf>,
+    /// Directory of client-authorization keys for onion services, one
+    /// `<name>.auth_private` file each in tor's format (tor's
+    /// `ClientOnionAuthDir`).
+    #[serde(default)]
+    pub client_onion_auth_dir: Option<PathBuf>,
+    /// Give up connecting to an onion service (descriptor, introduction,
+    /// rendezvous) after this many seconds.
+    #[serde(default = "default_onion_connect_timeout")]
+    pub onion_connect_timeout_secs: u64,
+    /// Solve onion services' PoW puzzles (when their descriptor offers
+    /// one) at least at this effort, even if they suggest less (tor always
+    /// follows the suggestion; for tests and under attack). 0: follow it.
+    #[serde(default)]
+    pub onion_pow_min_effort: u32,
+    /// Onion services this process hosts (tor's `HiddenServiceDir` /
+    /// `HiddenServicePort`; see `docs/onion-services.md`).
+    #[serde(rename = "onion_service", default)]
+    pub onion_services: Vec<crate::service::config::OnionServiceConfig>,
 }
 
 /// Parse a relay fingerprint as written in configs: 40 hex digits,
@@ -177,6 +195,10 @@ fn default_max_socks() -> usize {
 }
 fn default_max_control() -> usize {
     64
+}
+
+fn default_onion_connect_timeout() -> u64 {
+    120
 }
 
 /// Configuration errors.
@@ -290,9 +312,20 @@ impl ClientConfig {
                 "max_control_connections must be positive".into(),
             ));
         }
+        for (i, svc) in self.onion_services.iter().enumerate() {
+            svc.validate()
+                .map_err(|e| ConfigError::Invalid(format!("onion_service #{}: {e}", i + 1)))?;
+            if self.onion_services[..i].iter().any(|o| o.dir == svc.dir) {
+                return Err(ConfigError::Invalid(format!(
+                    "two onion services share the directory {}",
+                    svc.dir.display()
+                )));
+            }
+        }
         if self.circuit_build_timeout_secs == 0
             || self.stream_timeout_secs == 0
             || self.circuits_available_timeout_secs == 0
+            || self.onion_connect_timeout_secs == 0
         {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
         }
@@ -320,6 +353,10 @@ impl ClientConfig {
     /// Dirtiness limit.
     pub fn max_dirtiness(&self) -> Duration {
         Duration::from_secs(self.max_circuit_dirtiness_secs)
+    }
+    /// Onion-service connect timeout.
+    pub fn onion_connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.onion_connect_timeout_secs)
     }
 }
 

@@ -351,6 +351,16 @@ impl DirMgr {
         }
     }
 
+    /// [`Self::hop`] for onion-service circuits: they never ask their last
+    /// relay (HSDir, introduction or rendezvous point) for congestion
+    /// control, as tor (which negotiates it end to end with the service,
+    /// not built here); consensus defaults for the SENDME parameters.
+    pub fn hs_hop(r: &onionmix_netdoc::Relay) -> HopTarget {
+        let mut h = Self::hop(r, &Arc::new(CcParams::default()));
+        h.flowctrl_cc = false;
+        h
+    }
+
     /// How to reach and handshake with a relay.
     pub fn hop(r: &onionmix_netdoc::Relay, params: &Arc<CcParams>) -> HopTarget {
         HopTarget {
@@ -439,6 +449,49 @@ impl DirMgr {
         } else {
             last
         })
+    }
+
+    /// A 3-hop internal path (guard, middle, last; exit policies ignored)
+    /// whose last hop satisfies `last_ok`, avoiding `avoid` in every
+    /// position: the start of onion-service circuits (rend-spec-v3).
+    pub fn internal_path(
+        &self,
+        avoid: &HashSet<[u8; 20]>,
+        last_ok: &dyn Fn(&onionmix_netdoc::Relay) -> bool,
+    ) -> Result<Vec<HopTarget>, String> {
+        let nd = self.netdir().ok_or("no directory yet")?;
+        let guards = self
+            .guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let now = crate::clock::now();
+        let pb = PathBuilder::new(&nd, &self.path_cfg)
+            .with_guards(&guards, now)
+            .excluding(avoid)
+            .restricted(&self.only);
+        let mut rng = rand::thread_rng();
+        let mut last = "no relay fits the last hop".to_string();
+        for _ in 0..32 {
+            match pb.exit_path(&mut rng, ExitTarget::Internal) {
+                Ok(ids) => {
+                    let hops: Option<Vec<&onionmix_netdoc::Relay>> =
+                        ids.iter().map(|id| nd.relay(id)).collect();
+                    if let Some(hops) = hops
+                        && hops.last().is_some_and(|r| last_ok(r))
+                    {
+                        return Ok(hops.into_iter().map(Self::hs_hop).collect());
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(last)
+    }
+
+    /// Whether this client runs on a testing network.
+    pub fn testing_network(&self) -> bool {
+        self.cfg.testing_network
     }
 
     /// Whether the exit `rsa_id` can serve `port`.

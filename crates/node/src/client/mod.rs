@@ -9,6 +9,7 @@ pub mod config;
 pub mod connect;
 pub mod control;
 pub mod dir;
+pub mod hs;
 pub mod preemptive;
 pub mod socks;
 pub mod stream;
@@ -52,6 +53,10 @@ pub struct Client {
     shutdown: Arc<Notify>,
     /// Congestion- and flow-control counters of all circuits.
     pub flow: Arc<ChanMgr>,
+    /// The onion-service client.
+    pub hs: hs::HsClient,
+    /// The onion services this process hosts.
+    pub services: Vec<crate::service::ServiceHandle>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -87,8 +92,15 @@ pub enum ClientError {
 }
 
 impl Client {
-    /// Start a client: bind SOCKS, then bootstrap in the background.
+    /// Start a client: bind SOCKS, then bootstrap in the background; host
+    /// the configured onion services.
     pub async fn start(cfg: ClientConfig) -> Result<Client, ClientError> {
+        Self::start_with(cfg, true).await
+    }
+
+    /// [`Client::start`], with or without the SOCKS port (an onion
+    /// service process needs none).
+    pub async fn start_with(cfg: ClientConfig, socks: bool) -> Result<Client, ClientError> {
         create_private_dir(&cfg.data_dir).map_err(ClientError::Setup)?;
         let cfg = Arc::new(cfg);
         let dir = Arc::new(DirMgr::new(cfg.clone()).map_err(ClientError::Setup)?);
@@ -144,16 +156,22 @@ impl Client {
             Arc::new(move |id, port| d2.exit_allows(id, port)),
             Arc::new(move |id, ok| d3.report_guard(id, ok)),
         );
-        let listener = TcpListener::bind(cfg.socks_listen).await.map_err(|e| {
-            ClientError::Setup(format!(
-                "cannot listen for SOCKS on {}: {e}",
-                cfg.socks_listen
-            ))
-        })?;
-        let socks_addr = listener
-            .local_addr()
-            .map_err(|e| ClientError::Setup(e.to_string()))?;
-        info!("SOCKS listening on {socks_addr}");
+        let auth = cfg
+            .client_onion_auth_dir
+            .as_deref()
+            .map(hs::load_auth_dir)
+            .unwrap_or_default();
+        let hs = hs::HsClient::new(
+            dir.clone(),
+            circmgr.clone(),
+            hs::HsClientConfig {
+                connect_timeout: cfg.onion_connect_timeout(),
+                stream_timeout: cfg.stream_timeout(),
+                max_dirtiness: cfg.max_dirtiness(),
+                pow_min_effort: cfg.onion_pow_min_effort,
+            },
+            auth,
+        );
         let (ready_tx, ready_rx) = watch::channel(false);
         let ctx = socks::SocksContext {
             circmgr: circmgr.clone(),
@@ -163,13 +181,45 @@ impl Client {
             hub: hub.clone(),
             optimistic_data: cfg.optimistic_data,
             optimistic_reply: cfg.socks_optimistic_reply,
+            hs: Some(hs.clone()),
         };
-        let socks_listener = socks::SocksListener::start(
-            listener,
-            ctx,
-            cfg.max_socks_connections,
-            cfg.allow_public_socks,
-        );
+        // An onion-service process has no SOCKS port (tor's `SocksPort
+        // 0`); the control port can still open one (SETCONF SocksPort).
+        let (socks_listener, socks_addr) = if socks {
+            let listener = TcpListener::bind(cfg.socks_listen).await.map_err(|e| {
+                ClientError::Setup(format!(
+                    "cannot listen for SOCKS on {}: {e}",
+                    cfg.socks_listen
+                ))
+            })?;
+            let socks_addr = listener
+                .local_addr()
+                .map_err(|e| ClientError::Setup(e.to_string()))?;
+            info!("SOCKS listening on {socks_addr}");
+            let l = socks::SocksListener::start(
+                listener,
+                ctx,
+                cfg.max_socks_connections,
+                cfg.allow_public_socks,
+            );
+            (l, socks_addr)
+        } else {
+            let l = socks::SocksListener::closed(
+                ctx,
+                cfg.max_socks_connections,
+                cfg.allow_public_socks,
+            );
+            (l, SocketAddr::from(([0, 0, 0, 0], 0)))
+        };
+        let mut services = Vec::new();
+        for svc in &cfg.onion_services {
+            let ctx = crate::service::ServiceCtx {
+                dir: dir.clone(),
+                circmgr: circmgr.clone(),
+                ready: ready_rx.clone(),
+            };
+            services.push(crate::service::start(ctx, svc.clone()).map_err(ClientError::Setup)?);
+        }
         let shutdown = Arc::new(Notify::new());
         let control_addr = control::start(control::ControlParts {
             hub: hub.clone(),
@@ -199,6 +249,8 @@ impl Client {
             hub,
             shutdown,
             flow,
+            hs,
+            services,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -239,6 +291,8 @@ impl Client {
             "recent_build_times_ms": recent,
             "circuits": self.circmgr.status(),
             "flow_control": flow_json(self.flow.flow_stats()),
+            "onion_client": self.hs.stats().to_json(),
+            "onion_services": self.services.iter().map(|s| s.status()).collect::<Vec<_>>(),
         })
     }
 
@@ -369,6 +423,19 @@ pub async fn run(cfg: ClientConfig) -> Result<(), ClientError> {
         _ = wait_for_shutdown() => {}
         _ = client.shutdown_requested() => {}
     }
+    info!("shutting down");
+    Ok(())
+}
+
+/// Host the configured onion services (no SOCKS port) until SIGINT/SIGTERM.
+pub async fn run_services(cfg: ClientConfig) -> Result<(), ClientError> {
+    if cfg.onion_services.is_empty() {
+        return Err(ClientError::Setup(
+            "no [[onion_service]] configured".to_string(),
+        ));
+    }
+    let _client = Client::start_with(cfg, false).await?;
+    wait_for_shutdown().await;
     info!("shutting down");
     Ok(())
 }

@@ -68,6 +68,9 @@ pub struct SocksContext {
     /// Reply success to CONNECT at once (prop 309's `OptimisticData`
     /// SocksPort flag); a stream that then fails is hung up on.
     pub optimistic_reply: bool,
+    /// The onion-service client for `.onion` CONNECTs (without one they
+    /// are refused locally).
+    pub hs: Option<super::hs::HsClient>,
 }
 
 /// The SOCKS listener, which the control port can move (SETCONF SocksPort).
@@ -101,6 +104,17 @@ impl SocksListener {
             max_conns,
             allow_public,
             cur: std::sync::Mutex::new(addr.map(|a| (a, task.abort_handle()))),
+        })
+    }
+
+    /// A listener that listens nowhere yet (tor's `SocksPort 0`); the
+    /// control port may [`rebind`](Self::rebind) it.
+    pub fn closed(ctx: SocksContext, max_conns: usize, allow_public: bool) -> Arc<Self> {
+        Arc::new(SocksListener {
+            ctx,
+            max_conns,
+            allow_public,
+            cur: std::sync::Mutex::new(None),
         })
     }
 
@@ -216,10 +230,15 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         .await
         .map_err(|_| "SOCKS handshake timed out".to_string())??;
     // Names that must never leave this process are answered here, before
-    // anything else (not even bootstrap) is waited for.
+    // anything else (not even bootstrap) is waited for; a valid `.onion`
+    // CONNECT goes to the onion-service client, never to an exit.
+    let mut onion = false;
     if let TargetHost::Hostname(name) = &req.host {
         let kind = addr::classify(name);
-        if kind.is_local_only() {
+        onion = matches!(kind, HostKind::Onion { .. })
+            && req.cmd == SocksCmd::Connect
+            && ctx.hs.is_some();
+        if kind.is_local_only() && !onion {
             let code = local_only_reply(&kind, req.cmd, ctx.extended_errors);
             let _ = sock.write_all(&req.reply(code, None)).await;
             return Err(refusal_reason(&kind).into());
@@ -245,6 +264,9 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         socks_auth: req.auth.clone(),
         nym_epoch: epoch,
     };
+    if let (true, Some(hs)) = (onion, &ctx.hs) {
+        return super::hs::socks::connect(sock, hs, key, req, ctx.extended_errors).await;
+    }
     match req.cmd {
         SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
@@ -254,8 +276,8 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
 /// The SOCKS5 reply for a name that must not leave the client, as stock tor
 /// 0.4.9 answers it: CONNECT to a `.exit` or malformed `.onion` name gets
 /// "general failure" (0xF6, bad onion address, with extended errors);
-/// RESOLVE of either gets "host unreachable". Until onion services exist, a
-/// well-formed `.onion` gets "host unreachable" without being looked up.
+/// RESOLVE of either gets "host unreachable", as does RESOLVE of a
+/// well-formed `.onion` (a CONNECT to one goes to the onion-service client).
 pub fn local_only_reply(kind: &HostKind, cmd: SocksCmd, extended_errors: bool) -> u8 {
     match (kind, cmd) {
         (_, SocksCmd::Resolve | SocksCmd::ResolvePtr) => reply_code::HOST_UNREACHABLE,
@@ -269,7 +291,7 @@ fn refusal_reason(kind: &HostKind) -> &'static str {
     match kind {
         HostKind::Exit => "refused a .exit name (the .exit notation is disabled)",
         HostKind::BadOnion(_) => "refused an invalid .onion name",
-        HostKind::Onion { .. } => "refused a .onion name: onion services are not supported yet",
+        HostKind::Onion { .. } => "refused a .onion name (RESOLVE, or no onion-service client)",
         HostKind::Public => "refused",
     }
 }

@@ -342,3 +342,27 @@ impl Drop for Stream {
         }
     }
 }
+
+impl Stream {
+    /// A stream the far end opened and we accepted (an onion service's
+    /// stream on its rendezvous circuit): its events, its send gate and
+    /// the circuit's credits.
+    pub fn incoming(
+        chan: ChannelHandle,
+        circ_id: u32,
+        id: u16,
+        events: mpsc::Receiver<StreamEvent>,
+        gate: Arc<StreamGate>,
+        circ_credits: Arc<Semaphore>,
+    ) -> Self {
+        Stream {
+            chan,
+            circ_id,
+            id,
+            events,
+            gate,
+            circ_credits,
+            ended: false,
+        }
+    }
+}

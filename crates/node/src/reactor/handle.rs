@@ -166,6 +166,8 @@ pub enum ChanCommand {
         /// Circuit.
         circ_id: u32,
     },
+    /// Onion-service messages and streams (see [`super::hs`]).
+    Hs(super::hs::HsCommand),
 }
 
 /// A cloneable handle to a channel's reactor.

@@ -31,6 +31,7 @@ use onionmix_proto::client_circ::{CircEvent, CircStats, ClientCircuit, OutCell};
 use crate::gate::StreamGate;
 
 mod handle;
+pub mod hs;
 pub use handle::*;
 
 struct StreamSink {
@@ -50,6 +51,7 @@ struct CircEntry {
     streams: HashMap<u16, StreamSink>,
     /// Flow counters already added to the process-wide ones.
     reported: CircStats,
+    hs: Option<mpsc::Sender<hs::HsEvent>>,
 }
 
 struct Reactor {
@@ -259,6 +261,7 @@ impl Reactor {
                             pending_extend: None,
                             streams: HashMap::new(),
                             reported: CircStats::default(),
+                            hs: None,
                         },
                     );
                 }
@@ -403,6 +406,7 @@ impl Reactor {
             ChanCommand::Destroy { circ_id } => {
                 self.kill_circuit(circ_id, destroy_reason::NONE, true);
             }
+            ChanCommand::Hs(c) => self.handle_hs_cmd(c),
         }
     }
 
@@ -601,6 +605,9 @@ impl Reactor {
             }
             CircEvent::Destroyed { reason } => {
                 self.kill_circuit(circ_id, reason, true);
+            }
+            ev @ (CircEvent::Hs { .. } | CircEvent::IncomingStream { .. }) => {
+                self.dispatch_hs(circ_id, ev);
             }
         }
     }

@@ -1,0 +1,488 @@
+//! Onion services between onionmix and stock tor 0.4.9, on stock relays
+//! (stock authorities, relays and exits; onionmix relays do not act as
+//! HSDirs, introduction or rendezvous points yet):
+//!
+//! * our client to a stock service and a stock client to our service
+//!   (and ours to ours, stock to stock), 1 MiB and 20 MiB, SHA-256
+//!   verified;
+//! * client authorization against a stock service and ours: the right key
+//!   is accepted (our client and a stock client), no key gets 0xF4, a
+//!   wrong key 0xF5;
+//! * a stock service with `HiddenServicePoWDefensesEnabled 1` reached by
+//!   our client (solving at effort 20), our service with PoW reached by a
+//!   stock client (it solves our suggested effort; we verify);
+//! * our service restarted with the same keys is reachable at the same
+//!   address again;
+//! * a bad `.onion` gets 0xF6 at once, an unknown one 0xF0, RESOLVE of an
+//!   onion "host unreachable", and no `.onion` name reaches the exits'
+//!   resolver (the sink's DNS log).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common_net;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
+use onionmix_testbed::netinfo::NetworkInfo;
+use onionmix_testbed::onion::{self, ExtraProcs, echo_by_name};
+use onionmix_testbed::spec::{Implementation, Spec};
+
+const SPEC: &str = r#"
+name = "onion-interop"
+description = "stock relays; tor and onionmix clients; tor and onionmix onion services"
+bootstrap_timeout_secs = 300
+
+[[nodes]]
+impl = "tor"
+role = "authority"
+count = 3
+
+[[nodes]]
+impl = "tor"
+role = "relay"
+count = 3
+
+[[nodes]]
+impl = "tor"
+role = "exit"
+count = 2
+
+[[nodes]]
+impl = "tor"
+role = "onion-service"
+
+[[nodes]]
+impl = "onionmix"
+role = "onion-service"
+
+[[nodes]]
+impl = "tor"
+role = "client"
+
+[[nodes]]
+impl = "onionmix"
+role = "client"
+config = ["socks_extended_errors = true"]
+"#;
+
+/// tor's unit-test address with its last character changed (bad checksum).
+const BAD_ONION: &str = "25njqamcweflpvkl73j4szahhihoc4xt3ktcgjnpaingr5yhkenl5sia.onion";
+
+/// The SOCKS5 reply code for a CONNECT by name (blocking).
+fn socks_reply(proxy: SocketAddr, host: &str, port: u16, cmd: u8) -> u8 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(200))).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).unwrap();
+    let mut req = vec![5, cmd, 0, 3, host.len() as u8];
+    req.extend_from_slice(host.as_bytes());
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut head = [0u8; 2];
+    s.read_exact(&mut head).unwrap();
+    head[1]
+}
+
+/// Wait until `socks` carries an echo round trip to `addr`.
+fn wait_reachable(what: &str, socks: SocketAddr, addr: &str, log: &Path) {
+    let t0 = Instant::now();
+    let mut last = 0;
+    while t0.elapsed() < Duration::from_secs(300) {
+        match echo_by_name(socks, addr, onion::ECHO_PORT, Duration::from_secs(90)) {
+            Ok(()) => {
+                eprintln!("{what}: reachable after {:?}", t0.elapsed());
+                return;
+            }
+            Err(code) => last = code,
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    panic!(
+        "{what}: not reachable (last SOCKS reply {last:#x})\n{}",
+        onionmix_testbed::proc::tail(log, 40)
+    );
+}
+
+fn status(data_dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(data_dir.join("status.json")).unwrap()).unwrap()
+}
+
+fn private_dir(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// An x25519 key pair as tor writes client-authorization keys (base32).
+fn auth_keys() -> ([u8; 32], [u8; 32]) {
+    let sk = x25519_dalek::StaticSecret::random_from_rng(rand::rngs::OsRng);
+    let pk = x25519_dalek::PublicKey::from(&sk);
+    (sk.to_bytes(), pk.to_bytes())
+}
+
+fn write(p: &Path, text: &str) {
+    std::fs::write(p, text).unwrap();
+}
+
+struct Extra {
+    procs: ExtraProcs,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+impl Extra {
+    fn tor(&mut self, name: &str, torrc: String) -> PathBuf {
+        let d = self.dir.join(name);
+        private_dir(&d);
+        write(&d.join("torrc"), &torrc);
+        let log = d.join("tor.log");
+        let mut c = Command::new("tor");
+        c.arg("-f").arg(d.join("torrc"));
+        self.procs.spawn(name, c, &log).unwrap();
+        log
+    }
+    fn onionmix(&mut self, name: &str, sub: &str, config: String) -> PathBuf {
+        let d = self.dir.join(name);
+        private_dir(&d);
+        write(&d.join("config.toml"), &config);
+        let log = d.join("onionmix.log");
+        let mut c = Command::new(&self.bin);
+        c.args([sub, "--config"]).arg(d.join("config.toml"));
+        self.procs.spawn(name, c, &log).unwrap();
+        log
+    }
+}
+
+#[test]
+fn onion_services_interoperate_with_stock_tor() {
+    if !common_net::tor_available("onion_services_interoperate_with_stock_tor") {
+        return;
+    }
+    let _serial = common_net::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = Spec::parse("onion-interop", SPEC).unwrap();
+    let mut opts = LaunchOptions::new(env!("CARGO_BIN_EXE_onionmix").into());
+    opts.timeout = Some(common_net::TEST_BOOTSTRAP_TIMEOUT);
+    let net = NetworkGuard(Some(
+        launcher::start(&spec, &tmp.path().join("net"), &opts)
+            .unwrap_or_else(|e| panic!("network start failed: {e}")),
+    ));
+    let info: NetworkInfo = net.info().clone();
+    let sink = info.sink.clone().unwrap();
+    let ours = info.clients(Some(Implementation::Onionmix))[0].clone();
+    let stock = info.clients(Some(Implementation::Tor))[0].clone();
+    let (ours_socks, stock_socks) = (ours.socks_addr().unwrap(), stock.socks_addr().unwrap());
+    let svc = |imp| {
+        info.onion_services
+            .iter()
+            .find(|s| s.implementation == imp)
+            .cloned()
+            .unwrap()
+    };
+    let (stock_svc, our_svc) = (svc(Implementation::Tor), svc(Implementation::Onionmix));
+    assert_eq!(info.onion_services.len(), 2);
+    assert!(stock_svc.address.ends_with(".onion") && stock_svc.address.len() == 62);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+
+    // 1. Transfers both ways (and ours to ours, stock to stock).
+    for (who, proxy, target) in [
+        ("our client -> stock service", ours_socks, &stock_svc),
+        ("stock client -> our service", stock_socks, &our_svc),
+        ("our client -> our service", ours_socks, &our_svc),
+        ("stock client -> stock service", stock_socks, &stock_svc),
+    ] {
+        for n in [1u64 << 20, 20 << 20] {
+            let (r, t) = rt
+                .block_on(common_net::download(
+                    proxy,
+                    &target.address,
+                    target.http_port,
+                    n,
+                    None,
+                ))
+                .unwrap_or_else(|e| panic!("{who}, {n} bytes: {e}"));
+            assert_eq!(r.status, 200, "{who}");
+            assert_eq!(r.body.len() as u64, n, "{who}");
+            assert!(r.sha256_ok(), "{who}: SHA-256 mismatch for {n} bytes");
+            eprintln!("{who}: {n} bytes in {t:?} (first byte {:?})", r.first_byte);
+        }
+    }
+    let st = status(&ours.data_dir);
+    assert!(st["onion_client"]["rend_joined"].as_u64().unwrap() >= 2);
+    assert!(st["onion_client"]["rend_reused"].as_u64().unwrap() >= 1);
+
+    // 2. Bad and unknown addresses, RESOLVE.
+    let t0 = Instant::now();
+    assert_eq!(socks_reply(ours_socks, BAD_ONION, 80, 1), 0xF6);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "bad address answered at once"
+    );
+    let unknown = {
+        let id = onionmix_hs::keys::ServiceIdentity::generate(&mut rand::rngs::OsRng);
+        id.address().unwrap().to_string()
+    };
+    assert_eq!(
+        socks_reply(ours_socks, &unknown, 80, 1),
+        0xF0,
+        "unknown service"
+    );
+    assert_eq!(
+        socks_reply(ours_socks, &our_svc.address, 0, 0xF0),
+        4,
+        "RESOLVE of an onion address"
+    );
+
+    // 3. Client authorization and PoW: extra services and clients.
+    let mut x = Extra {
+        procs: ExtraProcs::default(),
+        dir: tmp.path().join("extra"),
+        bin: env!("CARGO_BIN_EXE_onionmix").into(),
+    };
+    private_dir(&x.dir);
+    let (alice_sk, alice_pk) = auth_keys();
+    let (mallory_sk, _) = auth_keys();
+    let auth_line = onionmix_hs::auth::authorized_client_line(&alice_pk);
+    let targets = [
+        format!("HiddenServicePort 80 {}", sink.http),
+        format!("HiddenServicePort 7 {}", sink.echo),
+    ];
+    // A stock tor process with two services: client auth, and PoW.
+    let tor_dir = x.dir.join("hstor");
+    let (tauth, tpow) = (tor_dir.join("auth"), tor_dir.join("pow"));
+    for d in [&tor_dir, &tauth, &tpow, &tauth.join("authorized_clients")] {
+        private_dir(d);
+    }
+    write(&tauth.join("authorized_clients/alice.auth"), &auth_line);
+    let mut lines = vec![format!("HiddenServiceDir {}", tauth.display())];
+    lines.extend(targets.iter().cloned());
+    lines.push(format!("HiddenServiceDir {}", tpow.display()));
+    lines.extend(targets.iter().cloned());
+    lines.push("HiddenServicePoWDefensesEnabled 1".into());
+    let hstor_log = x.tor(
+        "hstor",
+        onion::tor_torrc(&info, "hstor", &tor_dir, None, &lines),
+    );
+    // An onionmix process with the same two services.
+    let om_dir = x.dir.join("hsom");
+    let (oauth, opow) = (om_dir.join("auth"), om_dir.join("pow"));
+    for d in [&om_dir, &oauth, &oauth.join("authorized_clients")] {
+        private_dir(d);
+    }
+    write(&oauth.join("authorized_clients/alice.auth"), &auth_line);
+    let block = |dir: &Path, extra: &str| {
+        format!(
+            "\n[[onion_service]]\ndir = {:?}\nports = [\"80 {}\", \"7 {}\"]\n{extra}",
+            dir.display().to_string(),
+            sink.http,
+            sink.echo
+        )
+    };
+    let tail =
+        block(&oauth, "") + &block(&opow, "pow_defenses = true\npow_suggested_effort = 16\n");
+    let hsom_log = x.onionmix(
+        "hsom",
+        "onion-service",
+        onion::onionmix_config(&info, &om_dir, &[], &tail),
+    );
+    let host = |d: &Path| {
+        common_net::wait_for(
+            "hostname file",
+            Duration::from_secs(60),
+            Duration::from_millis(200),
+            || {
+                std::fs::read_to_string(d.join("hostname"))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| s.ends_with(".onion"))
+            },
+        )
+    };
+    let (tauth_addr, tpow_addr, oauth_addr, opow_addr) =
+        (host(&tauth), host(&tpow), host(&oauth), host(&opow));
+    // Clients: alice (our client with the key; PoW at effort 20 at least),
+    // mallory (a wrong key), talice (stock tor with the key).
+    let auth_file = |addr: &str, sk: &[u8; 32]| {
+        let a: onionmix_hs::OnionAddress = addr.parse().unwrap();
+        onionmix_hs::auth::client_auth_line(&a, sk)
+    };
+    let mut clients = Vec::new();
+    for (name, sk, extra) in [
+        ("alice", &alice_sk, "onion_pow_min_effort = 20"),
+        ("mallory", &mallory_sk, ""),
+    ] {
+        let d = x.dir.join(name);
+        let keys = d.join("keys");
+        private_dir(&d);
+        private_dir(&keys);
+        write(&keys.join("t.auth_private"), &auth_file(&tauth_addr, sk));
+        write(&keys.join("o.auth_private"), &auth_file(&oauth_addr, sk));
+        let port = onionmix_testsupport::ports::free_port("127.0.0.1").unwrap();
+        let top = vec![
+            format!("socks_listen = \"127.0.0.1:{port}\""),
+            "socks_extended_errors = true".to_string(),
+            format!("client_onion_auth_dir = {:?}", keys.display().to_string()),
+            extra.to_string(),
+        ];
+        let log = x.onionmix(name, "client", onion::onionmix_config(&info, &d, &top, ""));
+        clients.push((SocketAddr::from(([127, 0, 0, 1], port)), log, d));
+    }
+    let talice_dir = x.dir.join("talice");
+    private_dir(&talice_dir);
+    private_dir(&talice_dir.join("keys"));
+    write(
+        &talice_dir.join("keys/o.auth_private"),
+        &auth_file(&oauth_addr, &alice_sk),
+    );
+    let talice_port = onionmix_testsupport::ports::free_port("127.0.0.1").unwrap();
+    let talice_log = x.tor(
+        "talice",
+        onion::tor_torrc(
+            &info,
+            "talice",
+            &talice_dir,
+            Some(talice_port),
+            &[format!(
+                "ClientOnionAuthDir {}",
+                talice_dir.join("keys").display()
+            )],
+        ),
+    );
+    let talice = SocketAddr::from(([127, 0, 0, 1], talice_port));
+    let (alice, alice_log, alice_dir) = clients[0].clone();
+    let (mallory, _, _) = clients[1].clone();
+
+    // The authorized client reaches both auth services (our client and a
+    // stock one for ours); 1 MiB verified through each.
+    wait_reachable(
+        "alice -> stock auth service",
+        alice,
+        &tauth_addr,
+        &hstor_log,
+    );
+    wait_reachable("alice -> our auth service", alice, &oauth_addr, &hsom_log);
+    wait_reachable(
+        "stock alice -> our auth service",
+        talice,
+        &oauth_addr,
+        &talice_log,
+    );
+    for (who, proxy, addr) in [
+        ("alice -> stock auth", alice, &tauth_addr),
+        ("alice -> our auth", alice, &oauth_addr),
+        ("stock alice -> our auth", talice, &oauth_addr),
+    ] {
+        let (r, _) = rt
+            .block_on(common_net::download(proxy, addr, 80, 1 << 20, None))
+            .unwrap_or_else(|e| panic!("{who}: {e}"));
+        assert!(r.sha256_ok(), "{who}");
+    }
+    // No key: 0xF4. A wrong key: 0xF5 (tor's codes, prop 304).
+    for addr in [&tauth_addr, &oauth_addr] {
+        assert_eq!(
+            socks_reply(ours_socks, addr, 80, 1),
+            0xF4,
+            "no key for {addr}"
+        );
+        assert_eq!(
+            socks_reply(mallory, addr, 80, 1),
+            0xF5,
+            "wrong key for {addr}"
+        );
+    }
+
+    // PoW: the stock service with PoW defences, reached by our client
+    // solving at effort 20; our PoW service reached by the stock client,
+    // which solves the effort we suggest, and by ours.
+    wait_reachable("alice -> stock PoW service", alice, &tpow_addr, &hstor_log);
+    let (r, _) = rt
+        .block_on(common_net::download(alice, &tpow_addr, 80, 1 << 20, None))
+        .unwrap();
+    assert!(r.sha256_ok());
+    let solved = status(&alice_dir)["onion_client"]["pow_solved"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        solved >= 1,
+        "alice solved no puzzle\n{}",
+        onionmix_testbed::proc::tail(&alice_log, 30)
+    );
+    wait_reachable(
+        "stock client -> our PoW service",
+        stock_socks,
+        &opow_addr,
+        &hsom_log,
+    );
+    wait_reachable(
+        "our client -> our PoW service",
+        ours_socks,
+        &opow_addr,
+        &hsom_log,
+    );
+    // (status.json is rewritten every second.)
+    let pow_svc = |st: serde_json::Value| {
+        st["onion_services"]
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|s| s["address"] == opow_addr.as_str())
+                    .cloned()
+            })
+            .unwrap_or_default()
+    };
+    common_net::wait_for(
+        "our PoW service verified the two clients' solutions",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || (pow_svc(status(&om_dir))["pow_verified"].as_u64()? >= 2).then_some(()),
+    );
+
+    // 4. Our service restarted with the same keys: same address, reachable
+    // again from both clients.
+    let om = info.node(&our_svc.name).unwrap().clone();
+    assert!(onionmix_testbed::proc::stop(
+        om.pid,
+        om.start_time,
+        Duration::from_secs(10)
+    ));
+    let before = std::fs::read_to_string(om.data_dir.join("hs/hostname")).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onionmix"));
+    c.args(["onion-service", "--config"])
+        .arg(om.data_dir.join("service.toml"));
+    let restart_log = om.data_dir.join("restarted.log");
+    x.procs.spawn("restarted", c, &restart_log).unwrap();
+    let after = onion::read_address(&om.data_dir, Duration::from_secs(30)).unwrap();
+    assert_eq!(before.trim(), after, "the address survives a restart");
+    wait_reachable(
+        "our client -> restarted service",
+        ours_socks,
+        &after,
+        &restart_log,
+    );
+    wait_reachable(
+        "stock client -> restarted service",
+        stock_socks,
+        &after,
+        &restart_log,
+    );
+    let (r, _) = rt
+        .block_on(common_net::download(stock_socks, &after, 80, 1 << 20, None))
+        .unwrap();
+    assert!(r.sha256_ok());
+
+    // 5. No onion name reached the exits' resolver.
+    let log = std::fs::read_to_string(&sink.log).unwrap();
+    for l in log.lines().filter(|l| l.contains("dns query")) {
+        assert!(
+            !l.contains(".onion"),
+            "an onion name reached a resolver: {l}"
+        );
+    }
+    drop(x);
+    drop(net);
+}

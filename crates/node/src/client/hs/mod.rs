@@ -1,0 +1,669 @@
+//! The onion-service client (rend-spec-v3 §2-§4): `.onion` CONNECTs from
+//! the SOCKS port end here, never at an exit or a resolver.
+//!
+//! [`HsClient::connect`] reuses a joined rendezvous circuit to the service
+//! (per SOCKS isolation key, until it is too dirty, as tor does) or makes
+//! one: the sans-IO [`ConnectPlan`] says whether to fetch the descriptor
+//! from the responsible HSDirs (`BEGIN_DIR` on circuits of their own, both
+//! layers decrypted, with this service's client-authorization key if the
+//! `client_onion_auth_dir` has one) or to introduce through one of its
+//! introduction points: a rendezvous circuit with ESTABLISH_RENDEZVOUS
+//! and an introduction circuit are built side by side, INTRODUCE1 (with a
+//! PoW solution when the descriptor asks) goes out once the rendezvous
+//! point is ready, INTRODUCE_ACK and RENDEZVOUS2 are awaited with time
+//! limits, and hs-ntor's keys become the virtual hop. Streams are then
+//! BEGINs with an empty address to the virtual port.
+//!
+//! Circuits built here are never pooled with the exit circuits and never
+//! carry anything else.
+
+pub mod net;
+pub mod socks;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::OsRng;
+use tracing::{debug, info, warn};
+
+use onionmix_cell::hs::HsMsg;
+use onionmix_cell::relay::{Begin, RelayCmd, TargetHost};
+use onionmix_crypto::relay_crypto_hs::HsRelayLayer;
+use onionmix_hs::client::cache::{
+    CachedDesc, DescCache, HSDIR_REQUERY_PERIOD, HSDIR_REQUERY_PERIOD_TESTING, HsDirRequests,
+    IntroStateCache,
+};
+use onionmix_hs::client::{ConnectPlan, FetchFailure, FetchRound, IntroOutcome, Step};
+use onionmix_hs::desc::{DescError, IntroPointInfo};
+use onionmix_hs::error::RendFailure;
+use onionmix_hs::intro::{Introduce1Input, build_introduce1, rendezvous2_handshake};
+use onionmix_hs::ntor::HsNtorClient;
+use onionmix_hs::ring::RingKind;
+use onionmix_hs::{HsClientError, OnionAddress};
+
+use super::circmgr::{CircMgr, IsolationKey};
+use super::circuit::{Circuit, HopTarget};
+use super::dir::DirMgr;
+use super::stream::{Stream, StreamError};
+use crate::glue::HsHop;
+use crate::reactor::{StreamEvent, StreamRequest};
+use net::{HsCirc, HsCircError, HsNet, build_circuit, hop_from_link_specs, hsdir_request};
+
+/// Wait for RENDEZVOUS_ESTABLISHED.
+pub const REND_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
+/// Wait for INTRODUCE_ACK.
+pub const INTRO_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Wait for RENDEZVOUS2 after the introduction was acknowledged (tor's
+/// `MAX_REND_TIMEOUT`).
+pub const RENDEZVOUS2_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most joined rendezvous circuits (and connect locks) kept.
+pub const MAX_REND_CIRCUITS: usize = 1024;
+/// The most PoW effort the client spends (tor's `CLIENT_MAX_POW_EFFORT`).
+pub const MAX_POW_EFFORT: u32 = 10_000;
+/// Most client-authorization keys loaded.
+pub const MAX_AUTH_KEYS: usize = 4096;
+
+/// Why a `.onion` CONNECT failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OnionConnectError {
+    /// Reaching the service failed (its prop 304 code says how).
+    #[error("{0}")]
+    Hs(#[from] HsClientError),
+    /// The service refused or failed the stream.
+    #[error("{0}")]
+    Stream(#[from] StreamError),
+}
+
+/// Counters (in `status.json`, for the access workload and tests).
+#[derive(Debug, Default)]
+pub struct HsStats {
+    /// Descriptor fetches started (one per [`Step::Fetch`]).
+    pub desc_fetches: AtomicU64,
+    /// Connections that found the descriptor cached.
+    pub desc_cache_hits: AtomicU64,
+    /// Introductions attempted.
+    pub intro_attempts: AtomicU64,
+    /// PoW puzzles solved for INTRODUCE1.
+    pub pow_solved: AtomicU64,
+    /// Rendezvous circuits joined.
+    pub rend_joined: AtomicU64,
+    /// Streams opened on an existing rendezvous circuit.
+    pub rend_reused: AtomicU64,
+    /// Successful connections.
+    pub connects_ok: AtomicU64,
+    /// Failed connections.
+    pub connects_failed: AtomicU64,
+}
+
+impl HsStats {
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "desc_fetches": g(&self.desc_fetches),
+            "desc_cache_hits": g(&self.desc_cache_hits),
+            "intro_attempts": g(&self.intro_attempts),
+            "pow_solved": g(&self.pow_solved),
+            "rend_joined": g(&self.rend_joined),
+            "rend_reused": g(&self.rend_reused),
+            "connects_ok": g(&self.connects_ok),
+            "connects_failed": g(&self.connects_failed),
+        })
+    }
+}
+
+/// Settings of the onion-service client.
+#[derive(Debug, Clone)]
+pub struct HsClientConfig {
+    /// Time for the whole connection (descriptor, introduction,
+    /// rendezvous, stream).
+    pub connect_timeout: Duration,
+    /// Time for CONNECTED after BEGIN.
+    pub stream_timeout: Duration,
+    /// Stop opening streams on a rendezvous circuit this long after its
+    /// first use.
+    pub max_dirtiness: Duration,
+    /// Lowest PoW effort when a descriptor offers PoW (0: its suggestion).
+    pub pow_min_effort: u32,
+}
+
+type RendKey = ([u8; 32], IsolationKey);
+
+struct Inner {
+    dir: Arc<DirMgr>,
+    circmgr: CircMgr,
+    cfg: HsClientConfig,
+    auth: HashMap<[u8; 32], [u8; 32]>,
+    descs: Mutex<DescCache>,
+    intro_state: Mutex<IntroStateCache>,
+    hsdir_reqs: Mutex<HsDirRequests>,
+    joined: Mutex<HashMap<RendKey, Arc<Circuit>>>,
+    locks: Mutex<HashMap<RendKey, Arc<tokio::sync::Mutex<()>>>>,
+    stats: HsStats,
+}
+
+/// The onion-service client.
+#[derive(Clone)]
+pub struct HsClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for HsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HsClient").finish()
+    }
+}
+
+/// A rendezvous circuit whose point answered RENDEZVOUS_ESTABLISHED.
+struct ReadyRend {
+    hs: HsCirc,
+    cookie: [u8; 20],
+    point: HopTarget,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Read the client-authorization keys (`<dir>/*.auth_private`, tor's
+/// `ClientOnionAuthDir` format). Unreadable files are skipped with a
+/// warning naming the file, never the key.
+pub fn load_auth_dir(dir: &Path) -> HashMap<[u8; 32], [u8; 32]> {
+    let mut out = HashMap::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            warn!("cannot read client_onion_auth_dir {}: {e}", dir.display());
+            return out;
+        }
+    };
+    for ent in entries.flatten() {
+        let path = ent.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("auth_private") {
+            continue;
+        }
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) if t.len() <= 4096 => t,
+            _ => {
+                warn!("skipping unreadable client auth file {}", path.display());
+                continue;
+            }
+        };
+        match onionmix_hs::auth::parse_client_auth(text.trim()) {
+            Ok((addr, key)) if out.len() < MAX_AUTH_KEYS => {
+                out.insert(*addr.key(), key);
+            }
+            Ok(_) => warn!("too many client auth files; ignoring {}", path.display()),
+            Err(e) => warn!("skipping client auth file {}: {e}", path.display()),
+        }
+    }
+    out
+}
+
+impl HsClient {
+    /// A client over `dir` and `circmgr` with client-authorization keys
+    /// `auth` (service identity key -> x25519 secret).
+    pub fn new(
+        dir: Arc<DirMgr>,
+        circmgr: CircMgr,
+        cfg: HsClientConfig,
+        auth: HashMap<[u8; 32], [u8; 32]>,
+    ) -> Self {
+        let requery = if dir.testing_network() {
+            HSDIR_REQUERY_PERIOD_TESTING
+        } else {
+            HSDIR_REQUERY_PERIOD
+        };
+        HsClient {
+            inner: Arc::new(Inner {
+                dir,
+                circmgr,
+                cfg,
+                auth,
+                descs: Mutex::new(DescCache::new()),
+                intro_state: Mutex::new(IntroStateCache::new()),
+                hsdir_reqs: Mutex::new(HsDirRequests::new(requery)),
+                joined: Mutex::new(HashMap::new()),
+                locks: Mutex::new(HashMap::new()),
+                stats: HsStats::default(),
+            }),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &HsStats {
+        &self.inner.stats
+    }
+
+    /// Open a stream to `port` of the service at `addr` (isolated by
+    /// `key`), within the connect timeout.
+    pub async fn connect(
+        &self,
+        addr: &OnionAddress,
+        port: u16,
+        key: &IsolationKey,
+    ) -> Result<Stream, OnionConnectError> {
+        let res = self.connect_inner(addr, port, key).await;
+        let st = &self.inner.stats;
+        HsStats::bump(if res.is_ok() {
+            &st.connects_ok
+        } else {
+            &st.connects_failed
+        });
+        res
+    }
+
+    async fn connect_inner(
+        &self,
+        addr: &OnionAddress,
+        port: u16,
+        key: &IsolationKey,
+    ) -> Result<Stream, OnionConnectError> {
+        let rk: RendKey = (*addr.key(), key.clone());
+        let gate = {
+            let mut locks = lock(&self.inner.locks);
+            if !locks.contains_key(&rk) && locks.len() >= MAX_REND_CIRCUITS {
+                locks.retain(|_, l| Arc::strong_count(l) > 1);
+            }
+            locks.entry(rk.clone()).or_default().clone()
+        };
+        let deadline = tokio::time::Instant::now() + self.inner.cfg.connect_timeout;
+        let _g = tokio::time::timeout_at(deadline, gate.lock())
+            .await
+            .map_err(|_| HsClientError::IntroTimedOut)?;
+        // A joined circuit to this service for this isolation key?
+        let existing = lock(&self.inner.joined).get(&rk).cloned();
+        if let Some(c) = existing {
+            if c.is_usable(self.inner.cfg.max_dirtiness) {
+                match self.begin(&c, port).await {
+                    Ok(s) => {
+                        HsStats::bump(&self.inner.stats.rend_reused);
+                        return Ok(s);
+                    }
+                    // The service answered: its answer stands.
+                    Err(e @ StreamError::End(_)) => return Err(e.into()),
+                    Err(e) => debug!("rendezvous circuit failed a stream ({e}); making a new one"),
+                }
+            }
+            lock(&self.inner.joined).remove(&rk);
+        }
+        let circ = match tokio::time::timeout_at(deadline, self.rendezvous(addr)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(HsClientError::IntroTimedOut.into()),
+        };
+        {
+            let mut j = lock(&self.inner.joined);
+            if j.len() >= MAX_REND_CIRCUITS {
+                j.retain(|_, c| !c.is_closed());
+            }
+            if j.len() < MAX_REND_CIRCUITS {
+                j.insert(rk, circ.clone());
+            }
+        }
+        Ok(self.begin(&circ, port).await?)
+    }
+
+    async fn begin(&self, circ: &Circuit, port: u16) -> Result<Stream, StreamError> {
+        // rend-spec-v3 §4.3 / tor: the address is empty; the port is the
+        // virtual port.
+        let begin = Begin {
+            host: TargetHost::Hostname(String::new()),
+            port,
+            flags: 0,
+        };
+        match circ
+            .open_stream(StreamRequest::Begin(begin), self.inner.cfg.stream_timeout)
+            .await?
+        {
+            (s, StreamEvent::Connected(_)) => Ok(s),
+            _ => Err(StreamError::Unexpected),
+        }
+    }
+
+    /// Make a joined rendezvous circuit to `addr`.
+    async fn rendezvous(&self, addr: &OnionAddress) -> Result<Arc<Circuit>, HsClientError> {
+        let svc = *addr.key();
+        let mut plan = ConnectPlan::new(svc);
+        let mut rend: Option<ReadyRend> = None;
+        let mut first = true;
+        loop {
+            let net = HsNet::current(&self.inner.dir).map_err(|e| {
+                debug!("onion service: {e}");
+                HsClientError::DescriptorNotFound
+            })?;
+            let period = net.plan.fetch.period;
+            let (blinded, subcred) = onionmix_hs::keys::blinded_public(addr, &net.schedule, period)
+                .map_err(|e| {
+                    debug!("blinding: {e}");
+                    HsClientError::DescriptorNotFound
+                })?;
+            let now = crate::clock::now_unix();
+            let cached = lock(&self.inner.descs).get(&svc, period, now).cloned();
+            if first && cached.is_some() {
+                HsStats::bump(&self.inner.stats.desc_cache_hits);
+            }
+            first = false;
+            let step = {
+                let st = lock(&self.inner.intro_state);
+                plan.next(cached.as_ref().map(|d| &d.content), &st, now, &mut OsRng)
+            };
+            match step {
+                Step::Fetch => {
+                    HsStats::bump(&self.inner.stats.desc_fetches);
+                    lock(&self.inner.descs).remove(&svc);
+                    let r = self.fetch(addr, &net, &blinded, &subcred, period).await;
+                    plan.fetch_done(r);
+                }
+                Step::Introduce { index, effort } => {
+                    let Some(desc) = cached else {
+                        continue;
+                    };
+                    let Some(ip) = desc.content.intro_points.get(index).cloned() else {
+                        continue;
+                    };
+                    HsStats::bump(&self.inner.stats.intro_attempts);
+                    let effort = if desc.content.pow_v1.is_some() {
+                        effort.max(self.inner.cfg.pow_min_effort.min(MAX_POW_EFFORT))
+                    } else {
+                        0
+                    };
+                    match self
+                        .introduce(&net, &desc, &ip, effort, &subcred, &mut rend)
+                        .await
+                    {
+                        Ok(c) => return Ok(c),
+                        Err(outcome) => {
+                            debug!("introduction failed: {outcome:?}");
+                            let mut st = lock(&self.inner.intro_state);
+                            plan.intro_failed(
+                                &ip.auth_key,
+                                outcome,
+                                &mut st,
+                                crate::clock::now_unix(),
+                            );
+                        }
+                    }
+                }
+                Step::Fail(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Fetch and decode the descriptor; on success it is in the cache.
+    async fn fetch(
+        &self,
+        addr: &OnionAddress,
+        net: &HsNet,
+        blinded: &[u8; 32],
+        subcred: &[u8; 32],
+        period: u64,
+    ) -> Result<(), HsClientError> {
+        let hsdirs = net.responsible(RingKind::Fetch, blinded, period);
+        if hsdirs.is_empty() {
+            return Err(HsClientError::DescriptorNotFound);
+        }
+        let mut round = self.fetch_round(&hsdirs, blinded).await;
+        let path = onionmix_hs::desc::cache::fetch_path(blinded);
+        let request = format!("GET {path} HTTP/1.0\r\n\r\n").into_bytes();
+        let auth = self.inner.auth.get(addr.key());
+        while let Some(i) = round.next_hsdir() {
+            let Some(hsdir) = hsdirs.get(i) else {
+                continue;
+            };
+            lock(&self.inner.hsdir_reqs).note(blinded, &hsdir.rsa_id, crate::clock::now_unix());
+            let resp = hsdir_request(
+                &self.inner.dir,
+                &self.inner.circmgr,
+                hsdir,
+                &request,
+                onionmix_hs::desc::MAX_DESC_LEN,
+            )
+            .await;
+            let body = match resp {
+                Ok((200, body)) => body,
+                Ok((status, _)) => {
+                    debug!("HSDir {} answered {status}", hsdir.nickname);
+                    round.failed(FetchFailure::NotFound);
+                    continue;
+                }
+                Err(e) => {
+                    debug!("HSDir {} unreachable: {e}", hsdir.nickname);
+                    round.failed(FetchFailure::Unreachable);
+                    continue;
+                }
+            };
+            let now = crate::clock::now_unix();
+            match decode(&body, blinded, subcred, auth, now) {
+                Ok((content, lifetime_s)) => {
+                    let desc = CachedDesc {
+                        content,
+                        period,
+                        blinded: *blinded,
+                        expires: now.saturating_add(lifetime_s),
+                        stored: now,
+                    };
+                    lock(&self.inner.descs).insert(*addr.key(), desc, now);
+                    return Ok(());
+                }
+                Err(e @ (DescError::MissingClientAuth | DescError::WrongClientAuth)) => {
+                    lock(&self.inner.hsdir_reqs).purge(blinded);
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    debug!("descriptor from HSDir {} unusable: {e}", hsdir.nickname);
+                    round.failed(FetchFailure::Invalid(e));
+                }
+            }
+        }
+        // Nothing usable anywhere: later attempts may ask the same HSDirs.
+        lock(&self.inner.hsdir_reqs).purge(blinded);
+        Err(round.error())
+    }
+
+    /// The HSDirs that may be asked now; on a testing network, if every one
+    /// was asked within the (5 s) requery period, wait it out once.
+    async fn fetch_round(&self, hsdirs: &[HopTarget], blinded: &[u8; 32]) -> FetchRound {
+        for attempt in 0..2 {
+            let now = crate::clock::now_unix();
+            let round = {
+                let reqs = lock(&self.inner.hsdir_reqs);
+                FetchRound::new(
+                    hsdirs.len(),
+                    |i| {
+                        hsdirs
+                            .get(i)
+                            .is_some_and(|h| reqs.may_query(blinded, &h.rsa_id, now))
+                    },
+                    &mut OsRng,
+                )
+            };
+            let mut probe = round.clone();
+            if probe.next_hsdir().is_some() || attempt == 1 || !self.inner.dir.testing_network() {
+                return round;
+            }
+            tokio::time::sleep(Duration::from_secs(HSDIR_REQUERY_PERIOD_TESTING)).await;
+        }
+        FetchRound::new(0, |_| false, &mut OsRng)
+    }
+
+    /// A rendezvous circuit with its point ready.
+    async fn establish_rend(&self) -> Result<ReadyRend, HsCircError> {
+        let circ = build_circuit(
+            &self.inner.dir,
+            &self.inner.circmgr,
+            None,
+            &net::is_rend_point,
+        )
+        .await
+        .map_err(|e| {
+            debug!("rendezvous circuit: {e}");
+            HsCircError::Closed
+        })?;
+        let point = circ.path.last().cloned().ok_or(HsCircError::Closed)?;
+        let mut hs = HsCirc::attach(circ).await?;
+        let cookie: [u8; 20] = rand::random();
+        hs.send(RelayCmd::ESTABLISH_RENDEZVOUS, cookie.to_vec(), None)
+            .await?;
+        hs.expect(RelayCmd::RENDEZVOUS_ESTABLISHED, REND_ESTABLISHED_TIMEOUT)
+            .await?;
+        Ok(ReadyRend { hs, cookie, point })
+    }
+
+    /// One introduction through `ip`; on success the joined circuit.
+    async fn introduce(
+        &self,
+        net: &HsNet,
+        desc: &CachedDesc,
+        ip: &IntroPointInfo,
+        effort: u32,
+        subcred: &[u8; 32],
+        rend_slot: &mut Option<ReadyRend>,
+    ) -> Result<Arc<Circuit>, IntroOutcome> {
+        let ip_hop = hop_from_link_specs(&ip.link_specifiers, &ip.onion_key, Some(&net.nd))
+            .ok_or(IntroOutcome::Unreachable)?;
+        let reuse = rend_slot.take().filter(|r| !r.hs.circ.is_closed());
+        let rend_fut = async {
+            match reuse {
+                Some(r) => Ok(r),
+                None => self.establish_rend().await,
+            }
+        };
+        let intro_fut = async {
+            let c = build_circuit(&self.inner.dir, &self.inner.circmgr, Some(&ip_hop), &|_| {
+                true
+            })
+            .await
+            .map_err(|e| {
+                debug!("introduction circuit: {e}");
+                HsCircError::Closed
+            })?;
+            HsCirc::attach(c).await
+        };
+        let pow_fut = solve_pow(desc, effort);
+        let (rend, intro, pow) = tokio::join!(rend_fut, intro_fut, pow_fut);
+        if pow.is_some() {
+            HsStats::bump(&self.inner.stats.pow_solved);
+        }
+        let mut rend = rend.map_err(|_| IntroOutcome::Rend(RendFailure::CircuitClosed))?;
+        let mut intro = match intro {
+            Ok(i) => i,
+            Err(_) => {
+                *rend_slot = Some(rend);
+                return Err(IntroOutcome::Unreachable);
+            }
+        };
+        let ntor = HsNtorClient::new(&mut OsRng, &ip.enc_key, &ip.auth_key, subcred);
+        let specs = rend.point.link_specs();
+        let input = Introduce1Input {
+            auth_key: ip.auth_key,
+            rend_cookie: rend.cookie,
+            rend_onion_key: rend.point.ntor_key,
+            rend_link_specifiers: &specs,
+            pow,
+        };
+        let Ok(msg) = build_introduce1(&ntor, &input) else {
+            *rend_slot = Some(rend);
+            return Err(IntroOutcome::Nack(
+                onionmix_cell::hs::intro_status::BAD_FORMAT,
+            ));
+        };
+        if intro.send(RelayCmd::INTRODUCE1, msg, None).await.is_err() {
+            *rend_slot = Some(rend);
+            return Err(IntroOutcome::Unreachable);
+        }
+        let ack = intro
+            .expect(RelayCmd::INTRODUCE_ACK, INTRO_ACK_TIMEOUT)
+            .await;
+        drop(intro);
+        let status = match ack {
+            Ok(d) => match HsMsg::parse(RelayCmd::INTRODUCE_ACK, &d) {
+                Ok(Some(HsMsg::IntroduceAck(s, _))) => s,
+                _ => onionmix_cell::hs::intro_status::BAD_FORMAT,
+            },
+            Err(HsCircError::Timeout) => {
+                *rend_slot = Some(rend);
+                return Err(IntroOutcome::AckTimeout);
+            }
+            Err(_) => {
+                *rend_slot = Some(rend);
+                return Err(IntroOutcome::Unreachable);
+            }
+        };
+        if status != onionmix_cell::hs::intro_status::SUCCESS {
+            *rend_slot = Some(rend);
+            return Err(IntroOutcome::Nack(status));
+        }
+        let info = match rend
+            .hs
+            .expect(RelayCmd::RENDEZVOUS2, RENDEZVOUS2_TIMEOUT)
+            .await
+        {
+            Ok(info) => info,
+            Err(HsCircError::Timeout) => return Err(IntroOutcome::RendTimeout),
+            Err(_) => return Err(IntroOutcome::Rend(RendFailure::CircuitClosed)),
+        };
+        let keys = rendezvous2_handshake(&info)
+            .map_err(|e| e.to_string())
+            .and_then(|(y, auth)| ntor.finish(&y, &auth).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                debug!("RENDEZVOUS2 ({} bytes): {e}", info.len());
+                IntroOutcome::Rend(RendFailure::BadHandshake)
+            })?;
+        let layer = HsHop(HsRelayLayer::client(&keys));
+        rend.hs
+            .add_hop(Box::new(layer))
+            .await
+            .map_err(|_| IntroOutcome::Rend(RendFailure::CircuitClosed))?;
+        HsStats::bump(&self.inner.stats.rend_joined);
+        info!(target: "onionmix::hs", "rendezvous circuit to an onion service joined");
+        Ok(rend.hs.circ.clone())
+    }
+}
+
+/// Decode a fetched descriptor: the content and its lifetime in seconds.
+fn decode(
+    body: &[u8],
+    blinded: &[u8; 32],
+    subcred: &[u8; 32],
+    auth: Option<&[u8; 32]>,
+    now: u64,
+) -> Result<(onionmix_hs::desc::DescriptorContent, u64), DescError> {
+    let text = std::str::from_utf8(body).map_err(|_| DescError::Malformed("not UTF-8".into()))?;
+    let outer = onionmix_hs::desc::hsdir::parse_outer(text, now)?;
+    let content = onionmix_hs::desc::client::decode_descriptor(text, blinded, subcred, auth, now)?;
+    Ok((content, u64::from(outer.lifetime_min) * 60))
+}
+
+/// Solve the descriptor's PoW puzzle at `effort` off the async runtime
+/// (`None` for effort 0, no `pow-params`, or a failed solver).
+async fn solve_pow(desc: &CachedDesc, effort: u32) -> Option<onionmix_cell::hs::PowSolution> {
+    #[cfg(feature = "pow")]
+    {
+        let p = desc.content.pow_v1?;
+        if effort == 0 {
+            return None;
+        }
+        let blinded = desc.blinded;
+        let t0 = std::time::Instant::now();
+        let sol = tokio::task::spawn_blocking(move || {
+            onionmix_hs::pow::solve(&blinded, &p.seed, effort, &mut OsRng)
+        })
+        .await
+        .ok()?
+        .ok();
+        debug!("PoW effort {effort} solved in {:?}", t0.elapsed());
+        sol
+    }
+    #[cfg(not(feature = "pow"))]
+    {
+        let _ = (desc, effort);
+        None
+    }
+}
