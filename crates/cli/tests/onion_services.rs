@@ -212,9 +212,18 @@ fn onion_services_interoperate_with_stock_tor() {
             eprintln!("{who}: {n} bytes in {t:?} (first byte {:?})", r.first_byte);
         }
     }
-    let st = status(&ours.data_dir);
-    assert!(st["onion_client"]["rend_joined"].as_u64().unwrap() >= 2);
-    assert!(st["onion_client"]["rend_reused"].as_u64().unwrap() >= 1);
+    // status.json is rewritten once a second: wait for the counts.
+    common_net::wait_for(
+        "our client's counters show joined and reused rendezvous circuits",
+        Duration::from_secs(10),
+        Duration::from_millis(250),
+        || {
+            let st = status(&ours.data_dir);
+            (st["onion_client"]["rend_joined"].as_u64()? >= 2
+                && st["onion_client"]["rend_reused"].as_u64()? >= 1)
+                .then_some(())
+        },
+    );
 
     // 2. Bad and unknown addresses, RESOLVE.
     let t0 = Instant::now();
@@ -404,9 +413,20 @@ fn onion_services_interoperate_with_stock_tor() {
         .block_on(common_net::download(alice, &tpow_addr, 80, 1 << 20, None))
         .unwrap();
     assert!(r.sha256_ok());
-    let solved = status(&alice_dir)["onion_client"]["pow_solved"]
-        .as_u64()
-        .unwrap();
+    // status.json is rewritten once a second: wait for the count.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let solved = loop {
+        let n = status(&alice_dir)["onion_client"]["pow_solved"].as_u64();
+        if n.is_some_and(|n| n >= 1) || Instant::now() > deadline {
+            break n.unwrap_or(0);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(
+        solved >= 1,
+        "alice solved no puzzle\n{}",
+        onionmix_testbed::proc::tail(&alice_log, 30)
+    );
     assert!(
         solved >= 1,
         "alice solved no puzzle\n{}",
