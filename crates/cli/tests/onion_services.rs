@@ -1,6 +1,6 @@
 //! Onion services between onionmix and stock tor 0.4.9, on stock relays
-//! (stock authorities, relays and exits; onionmix relays do not act as
-//! HSDirs, introduction or rendezvous points yet):
+//! (stock authorities, relays and exits; networks where onionmix relays
+//! hold the onion-service roles are in `onion_services_networks.rs`):
 //!
 //! * our client to a stock service and a stock client to our service
 //!   (and ours to ours, stock to stock), 1 MiB and 20 MiB, SHA-256
