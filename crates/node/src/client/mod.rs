@@ -310,6 +310,32 @@ impl Client {
         }
     }
 
+    /// Whether the client has bootstrapped (directory and a first circuit).
+    pub fn is_bootstrapped(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// What `SIGNAL NEWNYM` does, for embedding applications: a new nym
+    /// epoch (new streams never share circuits with older ones), the exits
+    /// in use avoided where possible, and the clean circuits dropped; with
+    /// tor's rate limit (at most one per 10 s: a request inside the
+    /// interval waits for its end). Returns once applied; `false` when
+    /// another deferred request already covers this one.
+    pub async fn new_identity(&self) -> bool {
+        match self.hub.newnym_due() {
+            Some(d) => {
+                if !d.is_zero() {
+                    info!("Rate limiting NEWNYM request: delaying by {d:?}");
+                    tokio::time::sleep(d).await;
+                }
+                self.hub.newnym_apply();
+                self.circmgr.clear();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Wait until something (SIGNAL SHUTDOWN/HALT, the owning controller
     /// going away) asks the client to exit.
     pub async fn shutdown_requested(&self) {

@@ -125,6 +125,7 @@ pub struct ControlHub {
     pub written: AtomicU64,
     bw_last: Mutex<(u64, u64)>,
     bootstrap: Mutex<(u8, &'static str, &'static str)>,
+    bootstrap_watch: tokio::sync::watch::Sender<BootstrapPhase>,
     /// A first exit circuit was built.
     pub circuit_established: AtomicBool,
     /// Enough directory info to build circuits.
@@ -160,6 +161,27 @@ impl Default for ControlHub {
     }
 }
 
+/// A bootstrap phase as tor reports it (`STATUS_CLIENT BOOTSTRAP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BootstrapPhase {
+    /// Percent done (tor's phases: 5, 75, 95, 100).
+    pub progress: u8,
+    /// The phase's tag (`conn`, `enough_dirinfo`, `circuit_create`, `done`).
+    pub tag: &'static str,
+    /// A human-readable summary.
+    pub summary: &'static str,
+}
+
+impl Default for BootstrapPhase {
+    fn default() -> Self {
+        BootstrapPhase {
+            progress: 0,
+            tag: "starting",
+            summary: "Starting",
+        }
+    }
+}
+
 impl ControlHub {
     /// A fresh hub.
     pub fn new() -> Self {
@@ -177,6 +199,7 @@ impl ControlHub {
             written: AtomicU64::new(0),
             bw_last: Mutex::new((0, 0)),
             bootstrap: Mutex::new((0, "starting", "Starting")),
+            bootstrap_watch: tokio::sync::watch::Sender::new(BootstrapPhase::default()),
             circuit_established: AtomicBool::new(false),
             enough_dir_info: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
@@ -272,6 +295,11 @@ impl ControlHub {
     /// Record a bootstrap phase (STATUS_CLIENT BOOTSTRAP).
     pub fn bootstrap(&self, progress: u8, tag: &'static str, summary: &'static str) {
         *lock(&self.bootstrap) = (progress, tag, summary);
+        self.bootstrap_watch.send_replace(BootstrapPhase {
+            progress,
+            tag,
+            summary,
+        });
         self.emit("STATUS_CLIENT", || {
             reply::event(&format!(
                 "STATUS_CLIENT {}",
@@ -298,6 +326,12 @@ impl ControlHub {
     /// The current progress, percent.
     pub fn bootstrap_progress(&self) -> u8 {
         lock(&self.bootstrap).0
+    }
+
+    /// Follow the bootstrap phases as they are recorded (the embedding
+    /// API's bootstrap events).
+    pub fn bootstrap_events(&self) -> tokio::sync::watch::Receiver<BootstrapPhase> {
+        self.bootstrap_watch.subscribe()
     }
 
     // ---- circuits ----
