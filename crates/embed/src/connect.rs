@@ -3,6 +3,7 @@
 //! to the onion-service client. Runs on the client's runtime.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use tracing::debug;
 use onionmix_cell::relay::{Begin, TargetHost, begin_flags};
 use onionmix_node::client::Client;
 use onionmix_node::client::circmgr::IsolationKey;
+use onionmix_node::client::circuit::Circuit;
 use onionmix_node::client::socks::{MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, retriable_end};
 use onionmix_node::client::stream::{Stream, StreamError};
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
@@ -50,19 +52,25 @@ pub(crate) async fn connect(
         return Err(EmbedError::BootstrapTimeout(ctx.stream_timeout));
     }
     let key = isolation_key(token, c.hub.epoch.load(Ordering::Relaxed));
-    let (stream, circuit) = match target {
+    // An exit stream's task holds its circuit (the last reference going
+    // away destroys it, e.g. after the circuit manager let go of it at a
+    // new identity); onion-service streams' rendezvous circuits are held
+    // by the onion-service client.
+    let (stream, circ) = match target {
         Target::Onion { addr, port } => (c.hs.connect(&addr, port, &key).await?, None),
         Target::Exit { host, port } => {
-            let (s, info) = exit_stream(c, &key, host, port, ctx.stream_timeout).await?;
-            (s, Some(info))
+            let (s, circ) = exit_stream(c, &key, host, port, ctx.stream_timeout).await?;
+            (s, Some(circ))
         }
     };
+    let info = circ.as_ref().map(CircuitInfo::of);
     let (app, ours) = tokio::io::duplex(STREAM_BUFFER);
     ctx.handle.spawn(async move {
         let (up, down) = stream.pump(ours, STREAM_IDLE_TIMEOUT).await;
+        drop(circ);
         debug!("embedded stream closed: {up} bytes up, {down} bytes down");
     });
-    Ok(DataStream::new(app, circuit))
+    Ok(DataStream::new(app, info))
 }
 
 /// BEGIN on a circuit for `key`, retried on another circuit after a
@@ -74,7 +82,7 @@ async fn exit_stream(
     host: TargetHost,
     port: u16,
     timeout: Duration,
-) -> Result<(Stream, CircuitInfo), EmbedError> {
+) -> Result<(Stream, Arc<Circuit>), EmbedError> {
     let flags = match host {
         TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
         _ => begin_flags::IPV6_OK,
@@ -89,7 +97,7 @@ async fn exit_stream(
             .map_err(|e| EmbedError::NoCircuit(e.to_string()))?;
         let e = match circ.begin_stream(StreamRequest::Begin(begin.clone())).await {
             Ok(mut s) => match s.first_event(timeout).await {
-                Ok(StreamEvent::Connected(_)) => return Ok((s, CircuitInfo::of(&circ))),
+                Ok(StreamEvent::Connected(_)) => return Ok((s, circ)),
                 Ok(_) => StreamError::Unexpected,
                 Err(e) => e,
             },
