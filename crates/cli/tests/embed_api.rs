@@ -1,25 +1,27 @@
 //! The embeddable client API (`onionmix-embed`) on a private all-onionmix
-//! network: bootstrap in this process (no SOCKS port), a 1 MiB download
-//! from the sink checked against its SHA-256, isolation tokens (different
-//! tokens never share a circuit, the same token does), a new identity
-//! (fresh circuits, and streams still work), refused targets, shutdown.
+//! network with an onion service (`onionmix-hs`): bootstrap in this
+//! process (no SOCKS port), 1 MiB downloads from the sink (through an exit
+//! and through the onion service) checked against its SHA-256, isolation
+//! tokens (different tokens never share a circuit, the same token does),
+//! a new identity (fresh circuits, open streams unharmed, new streams
+//! work), refused targets, shutdown (open streams end; the state
+//! directory serves a second client).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use onionmix_embed::{ClientConfig, DataStream, EmbedError, IsolationToken, OnionmixClient};
 use onionmix_testbed::http;
+use tokio::io::AsyncReadExt;
 
 /// GET `/bytes/<n>` from the sink over `s`; checks status, length and the
 /// sink's SHA-256 header.
-async fn fetch(s: &mut DataStream, sink: SocketAddr, n: u64, who: &str) {
-    let host = sink.ip().to_string();
+async fn fetch(s: &mut DataStream, host: &str, n: u64, who: &str) {
     let r = tokio::time::timeout(
         Duration::from_secs(180),
-        http::get(s, &host, &format!("/bytes/{n}"), Instant::now()),
+        http::get(s, host, &format!("/bytes/{n}"), Instant::now()),
     )
     .await
     .unwrap_or_else(|_| panic!("{who}: download timed out"))
@@ -33,9 +35,14 @@ async fn fetch(s: &mut DataStream, sink: SocketAddr, n: u64, who: &str) {
 fn embedded_client_on_an_onionmix_network() {
     let _serial = common_net::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let net = common_net::start("onionmix-basic", &tmp.path().join("net"));
+    let net = common_net::start("onionmix-hs", &tmp.path().join("net"));
     let info = net.info().clone();
     let sink = info.sink.as_ref().expect("sink").http;
+    let onion = info
+        .onion_services
+        .first()
+        .expect("an onion service")
+        .clone();
     // The launcher's client configuration names the network's
     // authorities; the embedded client gets its own state directory and
     // no control port.
@@ -46,6 +53,7 @@ fn embedded_client_on_an_onionmix_network() {
     cfg.control_port = None;
     cfg.metrics_port = None;
 
+    let host = sink.ip().to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let client = OnionmixClient::launch(cfg).await.unwrap();
@@ -80,7 +88,6 @@ fn embedded_client_on_an_onionmix_network() {
         assert_eq!(client.status()["socks"], "0.0.0.0:0");
 
         // Targets refused before anything leaves the process.
-        let host = sink.ip().to_string();
         assert!(matches!(
             client.connect(&host, 0).await,
             Err(EmbedError::BadTarget(_))
@@ -100,7 +107,7 @@ fn embedded_client_on_an_onionmix_network() {
 
         // 1 MiB through the unisolated token.
         let mut s = client.connect(&host, sink.port()).await.unwrap();
-        fetch(&mut s, sink, 1 << 20, "default token, 1 MiB").await;
+        fetch(&mut s, &host, 1 << 20, "default token, 1 MiB").await;
         let first = s.circuit().expect("exit stream").clone();
         assert_eq!(first.path.len(), 3, "{:?}", first.path);
 
@@ -121,9 +128,9 @@ fn embedded_client_on_an_onionmix_network() {
             "a token shared the default circuit"
         );
         assert!(ca.same_circuit(&ca2), "one token got two circuits");
-        fetch(&mut a, sink, 1000, "token 1").await;
-        fetch(&mut b, sink, 1000, "token 2").await;
-        fetch(&mut a2, sink, 1000, "token 1 again").await;
+        fetch(&mut a, &host, 1000, "token 1").await;
+        fetch(&mut b, &host, 1000, "token 2").await;
+        fetch(&mut a2, &host, 1000, "token 1 again").await;
 
         // A new identity: the next stream gets a new circuit (the old one
         // is still open: its stream holds it), and it works.
@@ -135,17 +142,41 @@ fn embedded_client_on_an_onionmix_network() {
         let new = after.circuit().unwrap().clone();
         assert!(old.is_open(), "the old stream's circuit was torn down");
         assert!(!new.same_circuit(&old), "new identity reused a circuit");
-        fetch(&mut after, sink, 1 << 20, "after new identity, 1 MiB").await;
-        drop((s, a, b, a2, before, after));
+        fetch(&mut after, &host, 1 << 20, "after new identity, 1 MiB").await;
+        drop((s, a, b, a2, after));
 
-        // Shutdown stops the client's tasks; status.json stops changing.
-        let state = tmp.path().join("embedded");
+        // The onion service, by name: no exit circuit.
+        let mut o = client
+            .connect(&onion.address, onion.http_port)
+            .await
+            .unwrap();
+        assert!(o.circuit().is_none());
+        fetch(&mut o, &onion.address, 1 << 20, "onion service, 1 MiB").await;
+        drop(o);
+
+        // Shutdown stops every task of the client: a stream still open
+        // ends (reads end of file or fail, never hang).
+        let mut before = before;
         client.shutdown().await;
-        let status = state.join("status.json");
-        let t0 = std::fs::metadata(&status).unwrap().modified().unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let t1 = std::fs::metadata(&status).unwrap().modified().unwrap();
-        assert_eq!(t0, t1, "status.json still written after shutdown");
+        let mut buf = [0u8; 16];
+        let r = tokio::time::timeout(Duration::from_secs(30), before.read(&mut buf))
+            .await
+            .expect("a stream outlived the client's shutdown");
+        assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+    });
+    // The state directory is free again: a second client bootstraps from
+    // it and fetches.
+    rt.block_on(async {
+        let mut cfg = ClientConfig::parse(&text).unwrap();
+        cfg.data_dir = tmp.path().join("embedded");
+        cfg.control_port = None;
+        cfg.metrics_port = None;
+        let client = OnionmixClient::bootstrapped(cfg, common_net::TEST_BOOTSTRAP_TIMEOUT)
+            .await
+            .unwrap();
+        let mut s = client.connect(&host, sink.port()).await.unwrap();
+        fetch(&mut s, &host, 1000, "second client").await;
+        client.shutdown().await;
     });
     drop(net);
 }
