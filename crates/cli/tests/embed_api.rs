@@ -130,6 +130,12 @@ fn embedded_client_on_an_onionmix_network() {
         assert!(ca.same_circuit(&ca2), "one token got two circuits");
         fetch(&mut a, &host, 1000, "token 1").await;
         fetch(&mut b, &host, 1000, "token 2").await;
+        // A hostname goes to the exit as is (the exits resolve the sink's
+        // test name; this process never does).
+        let name = onionmix_testbed::sink::SINK_HOSTNAME;
+        let mut n = client.connect(name, sink.port()).await.unwrap();
+        fetch(&mut n, name, 1000, "by hostname").await;
+        drop(n);
         fetch(&mut a2, &host, 1000, "token 1 again").await;
 
         // A new identity: the next stream gets a new circuit (the old one

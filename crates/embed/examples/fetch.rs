@@ -47,7 +47,14 @@ fn parse_url(url: &str) -> Result<(String, u16, String), String> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("fetch: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(config), Some(url)) = (args.next(), args.next()) else {
         eprintln!("usage: fetch <client.toml> http://<host>[:<port>]/<path>");

@@ -131,3 +131,18 @@ fn newnym_rate_limit_like_tor() {
     hub.newnym_apply();
     assert_eq!(hub.epoch.load(std::sync::atomic::Ordering::Relaxed), 2);
 }
+
+#[test]
+fn bootstrap_events_follow_the_phases() {
+    let hub = ControlHub::new();
+    let mut rx = hub.bootstrap_events();
+    assert_eq!(rx.borrow_and_update().progress, 0);
+    hub.bootstrap(5, "conn", "Connecting to a relay");
+    assert!(rx.has_changed().unwrap());
+    assert_eq!(rx.borrow_and_update().tag, "conn");
+    hub.bootstrap(100, "done", "Done");
+    let late = hub.bootstrap_events();
+    assert_eq!(late.borrow().progress, 100);
+    assert_eq!(rx.borrow_and_update().summary, "Done");
+    assert_eq!(hub.bootstrap_progress(), 100);
+}
