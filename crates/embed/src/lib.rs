@@ -249,10 +249,34 @@ impl OnionmixClient {
     /// period of 10 s for blocking file writes).
     pub async fn shutdown(mut self) {
         if let Some(rt) = self.rt.take() {
-            let stopped =
-                tokio::task::spawn_blocking(move || rt.shutdown_timeout(SHUTDOWN_GRACE)).await;
-            if stopped.is_err() {
-                tracing::warn!("embedded client: shutdown task failed");
+            // A runtime cannot be stopped from async code: a plain thread
+            // waits for it (so this works from any executor). Should no
+            // thread start, it is stopped without waiting.
+            let (give, take) = std::sync::mpsc::channel::<Runtime>();
+            let (done, stopped) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("onionmix-client-stop".into())
+                .spawn(move || {
+                    if let Ok(rt) = take.recv() {
+                        rt.shutdown_timeout(SHUTDOWN_GRACE);
+                        let _ = done.send(());
+                    }
+                });
+            let waited = match spawned {
+                Ok(_) => match give.send(rt) {
+                    Ok(()) => stopped.await.is_ok(),
+                    Err(std::sync::mpsc::SendError(rt)) => {
+                        rt.shutdown_background();
+                        false
+                    }
+                },
+                Err(_) => {
+                    rt.shutdown_background();
+                    false
+                }
+            };
+            if !waited {
+                tracing::warn!("embedded client: stopped without waiting for its tasks");
             }
         }
         info!("embedded onionmix client stopped");
@@ -297,21 +321,69 @@ mod tests {
         );
     }
 
-    #[allow(clippy::unwrap_used, clippy::expect_used)]
+    /// A configuration whose one authority listens nowhere.
+    #[allow(clippy::unwrap_used)]
+    fn unreachable_cfg(data_dir: &std::path::Path) -> ClientConfig {
+        let text = format!(
+            "data_dir = {:?}\ntesting_network = true\n[[authority]]\nnickname = \"a\"\n\
+             v3ident = \"{}\"\nfingerprint = \"{}\"\ndir_addr = \"127.0.0.1:1\"\n\
+             or_addr = \"127.0.0.1:2\"\n",
+            data_dir,
+            "AB".repeat(20),
+            "CD".repeat(20)
+        );
+        ClientConfig::parse(&text).unwrap()
+    }
+
+    #[allow(clippy::unwrap_used)]
     #[tokio::test]
     async fn launch_with_a_bad_state_dir_is_an_error() {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("not-a-dir");
         std::fs::write(&file, b"x").unwrap();
-        let text = format!(
-            "data_dir = {:?}\n[[authority]]\nnickname = \"a\"\nv3ident = \"{}\"\n\
-             fingerprint = \"{}\"\ndir_addr = \"127.0.0.1:1\"\nor_addr = \"127.0.0.1:2\"\n",
-            file.join("state"),
-            "AB".repeat(20),
-            "CD".repeat(20)
-        );
-        let cfg = ClientConfig::parse(&text).unwrap();
-        let e = OnionmixClient::launch(cfg).await.unwrap_err();
+        let e = OnionmixClient::launch(unreachable_cfg(&file.join("state")))
+            .await
+            .unwrap_err();
         assert!(matches!(e, EmbedError::Setup(_)), "{e}");
+    }
+
+    #[allow(clippy::unwrap_used)]
+    #[tokio::test]
+    async fn bootstrap_timeout_then_clean_stop_without_a_network() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = unreachable_cfg(&tmp.path().join("state"));
+        let e = OnionmixClient::bootstrapped(cfg.clone(), Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, EmbedError::BootstrapTimeout(_)), "{e}");
+        let c = OnionmixClient::launch(cfg).await.unwrap();
+        assert!(!c.is_bootstrapped());
+        assert!(c.bootstrap_status().progress < 100);
+        assert!(matches!(
+            c.connect("example.com", 0).await,
+            Err(EmbedError::BadTarget(_))
+        ));
+        let t0 = std::time::Instant::now();
+        c.shutdown().await;
+        assert!(
+            t0.elapsed() < SHUTDOWN_GRACE,
+            "shutdown waited out its grace"
+        );
+    }
+
+    #[allow(clippy::unwrap_used)]
+    #[test]
+    fn usable_from_a_current_thread_runtime_and_dropped_inside_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = unreachable_cfg(&tmp.path().join("state"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let c = OnionmixClient::launch(cfg).await.unwrap();
+            let _ = c.bootstrap_events();
+            drop(c);
+        });
     }
 }
