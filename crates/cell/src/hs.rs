@@ -42,6 +42,9 @@ pub const REND_COOKIE_LEN: usize = 20;
 pub const MAC_LEN: usize = 32;
 /// ESTABLISH_INTRO extension: DoS parameters (proposal 305).
 pub const EXT_DOS_PARAMS: u8 = 1;
+/// Encrypted INTRODUCE extension: congestion control requested on the
+/// rendezvous circuit (proposal 324 §9.2; no body).
+pub const EXT_CC_REQUEST: u8 = 1;
 /// Encrypted INTRODUCE extension: proof of work (proposal 327).
 pub const EXT_POW: u8 = 2;
 /// Prefix of ESTABLISH_INTRO's signature.

@@ -212,16 +212,36 @@ fn onion_services_interoperate_with_stock_tor() {
             eprintln!("{who}: {n} bytes in {t:?} (first byte {:?})", r.first_byte);
         }
     }
-    // status.json is rewritten once a second: wait for the counts.
+    // status.json is rewritten once a second: wait for the counts. Both
+    // services (stock and ours) offer congestion control in their
+    // descriptors and our client asks for it: every rendezvous circuit of
+    // ours runs it, and the 20 MiB transfers above (stock tor's end
+    // checks SENDMEs) show both ends agreed.
     common_net::wait_for(
         "our client's counters show joined and reused rendezvous circuits",
         Duration::from_secs(10),
         Duration::from_millis(250),
         || {
             let st = status(&ours.data_dir);
-            (st["onion_client"]["rend_joined"].as_u64()? >= 2
-                && st["onion_client"]["rend_reused"].as_u64()? >= 1)
+            let c = &st["onion_client"];
+            let joined = c["rend_joined"].as_u64()?;
+            (joined >= 2 && c["rend_reused"].as_u64()? >= 1 && c["rend_cc"].as_u64()? == joined)
                 .then_some(())
+        },
+    );
+    // Our service ran congestion control on the rendezvous circuits of
+    // both clients (stock tor's asks for it after reading our
+    // descriptor's flow-control line).
+    let our_svc_dir = info.node(&our_svc.name).unwrap().data_dir.clone();
+    common_net::wait_for(
+        "our service's rendezvous circuits ran congestion control",
+        Duration::from_secs(10),
+        Duration::from_millis(250),
+        || {
+            let st = status(&our_svc_dir);
+            let svc = st["onion_services"].as_array()?.first()?.clone();
+            let ok = svc["rendezvous_ok"].as_u64()?;
+            (ok >= 2 && svc["rendezvous_cc"].as_u64()? == ok).then_some(())
         },
     );
 

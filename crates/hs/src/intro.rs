@@ -202,6 +202,10 @@ pub struct Introduce1Input<'a> {
     pub rend_link_specifiers: &'a [LinkSpec],
     /// A proof-of-work solution, if the service asked for one.
     pub pow: Option<PowSolution>,
+    /// Ask for congestion control on the rendezvous circuit (proposal 324
+    /// §9.2): only when the descriptor has a usable `flow-control` line and
+    /// our consensus enables `cc_alg`.
+    pub cc_request: bool,
 }
 
 /// Client: build INTRODUCE1, encrypted to the service with `ntor`.
@@ -219,7 +223,12 @@ pub fn build_introduce1(
     let header = cell.encode_header()?;
     let mut pt = IntroducePlaintext {
         rend_cookie: input.rend_cookie,
-        extensions: input.pow.iter().map(PowSolution::to_extension).collect(),
+        extensions: input
+            .cc_request
+            .then(cc_request_extension)
+            .into_iter()
+            .chain(input.pow.iter().map(PowSolution::to_extension))
+            .collect(),
         onion_key: input.rend_onion_key,
         link_specifiers: input.rend_link_specifiers.to_vec(),
         pad_len: 0,
@@ -252,6 +261,16 @@ pub struct OpenedIntroduce {
     pub subcredential_index: usize,
     /// The proof-of-work extension, if any (v1).
     pub pow: Option<PowSolution>,
+    /// The client asked for congestion control on the rendezvous circuit.
+    pub cc_requested: bool,
+}
+
+/// The congestion-control request extension (type 1, empty body).
+fn cc_request_extension() -> Extension {
+    Extension {
+        ext_type: onionmix_cell::hs::EXT_CC_REQUEST,
+        data: Vec::new(),
+    }
 }
 
 /// Service: check and decrypt INTRODUCE2 received on the circuit of the
@@ -301,11 +320,18 @@ pub fn open_introduce2(
     {
         pow = PowSolution::parse(&e.data)?;
     }
+    // Proposal 324 §9.2: the extension's presence is the request; any
+    // body is ignored (tor does not read one).
+    let cc_requested = plaintext
+        .extensions
+        .iter()
+        .any(|e| e.ext_type == onionmix_cell::hs::EXT_CC_REQUEST);
     Ok(OpenedIntroduce {
         plaintext,
         client_pk,
         subcredential_index,
         pow,
+        cc_requested,
     })
 }
 

@@ -123,6 +123,7 @@ fn introduce_and_rendezvous_end_to_end() {
         rend_onion_key: [0x44; 32],
         rend_link_specifiers: &ls,
         pow: Some(pow),
+        cc_request: true,
     };
     let intro1 = build_introduce1(&client, &input).expect("build");
     assert!(intro1.len() >= INTRODUCE1_MIN_SIZE);
@@ -142,6 +143,16 @@ fn introduce_and_rendezvous_end_to_end() {
     assert_eq!(opened.plaintext.rend_cookie, [0x33; 20]);
     assert_eq!(opened.plaintext.link_specifiers, ls.to_vec());
     assert_eq!(opened.pow, Some(pow));
+    assert!(opened.cc_requested);
+    // The request is extension type 1 with no body, before the PoW (as
+    // tor orders them), in the encrypted part.
+    let types: Vec<(u8, usize)> = opened
+        .plaintext
+        .extensions
+        .iter()
+        .map(|e| (e.ext_type, e.data.len()))
+        .collect();
+    assert_eq!(types.first(), Some(&(onionmix_cell::hs::EXT_CC_REQUEST, 0)));
     assert_eq!(opened.client_pk, client.client_pk());
 
     // Service answers through the rendezvous point.
@@ -184,10 +195,13 @@ fn introduce2_checks() {
         rend_onion_key: [2; 32],
         rend_link_specifiers: &[],
         pow: None,
+        cc_request: false,
     };
     let cell = build_introduce1(&client, &input).expect("build");
     assert_eq!(cell.len(), INTRODUCE1_MIN_SIZE);
     let auth = p.auth.public();
+    let plain = open_introduce2(&cell, &p.enc, &auth, &[subcred]).expect("open");
+    assert!(!plain.cc_requested, "no request unless asked");
     assert_eq!(
         open_introduce2(&cell, &p.enc, &auth, &[[9; 32]]).err(),
         Some(IntroError::BadMac)

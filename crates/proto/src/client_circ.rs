@@ -107,11 +107,16 @@ struct Hop {
 }
 
 impl Hop {
-    fn new(layer: Box<dyn ClientLayer>, params: &CcParams, cc_sendme_inc: Option<u8>) -> Self {
+    fn new(
+        layer: Box<dyn ClientLayer>,
+        params: &CcParams,
+        path: CcPath,
+        cc_sendme_inc: Option<u8>,
+    ) -> Self {
         match cc_sendme_inc {
             Some(inc) => Hop {
                 layer,
-                send: CircSender::vegas(params, CcPath::Exit, inc),
+                send: CircSender::vegas(params, path, inc),
                 deliver: DeliverWindow::circuit_with_inc(inc.into()),
             },
             None => Hop {
@@ -254,7 +259,7 @@ impl ClientCircuit {
         let mut rng = StdRng::from_entropy();
         let next_sid = (rng.next_u32() as u16).max(1);
         ClientCircuit {
-            hops: vec![Hop::new(first_hop, &params, None)],
+            hops: vec![Hop::new(first_hop, &params, CcPath::Exit, None)],
             streams: HashMap::new(),
             half: HalfClosed::default(),
             params,
@@ -338,7 +343,19 @@ impl ClientCircuit {
     /// when it agreed to congestion control with that SENDME increment.
     pub fn add_hop(&mut self, layer: Box<dyn ClientLayer>, cc_sendme_inc: Option<u8>) {
         self.extending = false;
-        self.hops.push(Hop::new(layer, &self.params, cc_sendme_inc));
+        self.hops
+            .push(Hop::new(layer, &self.params, CcPath::Exit, cc_sendme_inc));
+    }
+
+    /// Add an onion-service virtual hop (rend-spec-v3 §4.2: the end-to-end
+    /// layer after RENDEZVOUS1/2). With `cc_sendme_inc`, congestion control
+    /// runs on it with tor's onion-service Vegas thresholds (proposal 324
+    /// §9: both ends agreed through the descriptor's `flow-control` line
+    /// and INTRODUCE's congestion-control request); without, the fixed
+    /// SENDME windows.
+    pub fn add_onion_hop(&mut self, layer: Box<dyn ClientLayer>, cc_sendme_inc: Option<u8>) {
+        self.hops
+            .push(Hop::new(layer, &self.params, CcPath::Onion, cc_sendme_inc));
     }
 
     /// The consensus parameters the circuit runs under.

@@ -199,6 +199,57 @@ mod tests {
         assert!(ev.is_empty());
     }
 
+    /// The virtual hop with congestion control: Vegas with the agreed
+    /// SENDME increment, a circuit SENDME every `inc` DATA cells from the
+    /// far end (not the fixed 100), the hops before it unchanged.
+    #[test]
+    fn onion_hop_runs_congestion_control_when_agreed() {
+        let keys = [3u8, 5, 11];
+        let mut fixed = circuit(&keys[..2]);
+        fixed.add_onion_hop(Box::new(Xor(11)), None);
+        assert!(!fixed.is_cc());
+        assert_eq!(fixed.cc_snapshot(), None);
+
+        let mut c = circuit(&keys[..2]);
+        assert!(!c.is_cc());
+        c.add_onion_hop(Box::new(Xor(11)), Some(31));
+        assert_eq!(c.n_hops(), 3);
+        assert!(c.is_cc());
+        assert_eq!(c.cc_snapshot().map(|s| s.sendme_inc), Some(31));
+        c.set_accept_incoming(true);
+        let (mut ev, mut out) = (Vec::new(), Vec::new());
+        let mut b = from_hop(&keys, 2, RelayCmd::BEGIN, 9, b":80\0");
+        c.handle_relay(
+            &mut b,
+            Instant::now(),
+            ChanSignal::default(),
+            &mut ev,
+            &mut out,
+        )
+        .unwrap();
+        out.push(c.accept_stream(9).unwrap());
+        let mut sendmes = 0;
+        for _ in 0..62 {
+            let mut b = from_hop(&keys, 2, RelayCmd::DATA, 9, &[1; 400]);
+            c.handle_relay(
+                &mut b,
+                Instant::now(),
+                ChanSignal::default(),
+                &mut ev,
+                &mut out,
+            )
+            .unwrap();
+        }
+        for cell in &out {
+            let seen = at_hop(&keys, 2, cell);
+            let h = relay::header(&seen);
+            if h.cmd == RelayCmd::SENDME && h.stream_id == 0 {
+                sendmes += 1;
+            }
+        }
+        assert_eq!(sendmes, 2, "a circuit SENDME per 31 DATA cells");
+    }
+
     #[test]
     fn begin_is_refused_unless_the_circuit_accepts_streams() {
         let keys = [3u8, 5];

@@ -87,6 +87,10 @@ pub struct DescriptorInput<'a> {
     pub auth_clients: Option<&'a [[u8; 32]]>,
     /// `pow-params v1` to advertise (needs the `pow` feature).
     pub pow_v1: Option<super::PowParamsV1>,
+    /// `flow-control 1-2 <sendme_inc>` (proposal 324 §9.1): set to the
+    /// consensus's `cc_sendme_inc` when congestion control is enabled,
+    /// `None` (no line) when it is not.
+    pub flow_control_sendme_inc: Option<u8>,
 }
 
 impl<'a> DescriptorInput<'a> {
@@ -109,6 +113,7 @@ impl<'a> DescriptorInput<'a> {
             single_onion_service: false,
             auth_clients: None,
             pow_v1: None,
+            flow_control_sendme_inc: None,
         }
     }
 }
@@ -145,6 +150,16 @@ pub fn build_descriptor(
                 .map(|k| curve25519::PublicKey::from(*k))
                 .collect(),
         ),
+        None => None,
+    };
+    let flow_control = match input.flow_control_sendme_inc {
+        Some(0) => return Err(DescError::Build("flow-control sendme_inc 0".into())),
+        Some(inc) => {
+            let protos: tor_protover::Protocols = "FlowCtrl=1-2"
+                .parse()
+                .map_err(|_| DescError::Build("FlowCtrl protocols".into()))?;
+            Some((protos, inc))
+        }
         None => None,
     };
     #[cfg(not(feature = "pow"))]
@@ -188,6 +203,7 @@ pub fn build_descriptor(
         .revision_counter(input.revision.into())
         .subcredential((*input.blinded.subcredential()).into())
         .auth_clients(auth_clients.as_deref())
+        .flow_control(flow_control)
         .max_generated_len(MAX_DESC_LEN);
     #[cfg(feature = "pow")]
     if let Some(p) = pow.as_ref() {

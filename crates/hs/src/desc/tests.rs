@@ -68,6 +68,7 @@ fn build_then_hsdir_then_client() {
     let points = ipts(3);
     #[allow(unused_mut)]
     let mut input = DescriptorInput::new(&s.blinded, &s.signing, 12345, NOW, &points);
+    input.flow_control_sendme_inc = Some(31);
     #[cfg(feature = "pow")]
     {
         input.pow_v1 = Some(PowParamsV1 {
@@ -104,6 +105,31 @@ fn build_then_hsdir_then_client() {
     assert_eq!(got, want);
     assert!(!c.single_onion_service && !c.intro_auth_required);
     assert_eq!(c.pow_v1, input.pow_v1);
+    assert_eq!(c.flow_control_sendme_inc, Some(31));
+}
+
+#[test]
+fn flow_control_line_only_when_asked() {
+    let s = svc();
+    let points = ipts(1);
+    let input = DescriptorInput::new(&s.blinded, &s.signing, 1, NOW, &points);
+    assert_eq!(input.flow_control_sendme_inc, None);
+    let text = build_descriptor(&input, &mut OsRng).expect("build");
+    let c = decode_descriptor(
+        &text,
+        s.blinded.public(),
+        s.blinded.subcredential(),
+        None,
+        NOW,
+    )
+    .expect("client decodes");
+    assert_eq!(c.flow_control_sendme_inc, None);
+    let mut input = input;
+    input.flow_control_sendme_inc = Some(0);
+    assert!(
+        build_descriptor(&input, &mut OsRng).is_err(),
+        "sendme_inc 0 is refused"
+    );
 }
 
 #[test]

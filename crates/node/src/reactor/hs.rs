@@ -10,6 +10,7 @@
 //! listener's queue closes.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tokio::sync::mpsc;
@@ -26,6 +27,18 @@ use crate::gate::StreamGate;
 /// circuit's INTRODUCE2 cells beyond it are dropped (the client retries),
 /// incoming streams beyond it refused with RESOURCELIMIT.
 pub const HS_EVENT_QUEUE: usize = 64;
+
+/// An onion-service virtual hop to add to a circuit (rend-spec-v3 §4.2).
+pub struct VirtualHop {
+    /// The end-to-end layer.
+    pub layer: Box<dyn ClientLayer>,
+    /// Accept BEGIN from it (the service side).
+    pub accept_incoming: bool,
+    /// Congestion control with this SENDME increment (both ends agreed
+    /// through the descriptor and INTRODUCE, proposal 324 §9), or the
+    /// fixed windows.
+    pub cc_sendme_inc: Option<u8>,
+}
 
 /// Onion-service commands into a channel reactor.
 pub enum HsCommand {
@@ -47,11 +60,17 @@ pub enum HsCommand {
         cmd: RelayCmd,
         /// Body.
         data: Vec<u8>,
-        /// The virtual hop to add after sending, and whether the circuit
-        /// then accepts BEGIN from it (the service side).
-        then_add_hop: Option<(Box<dyn ClientLayer>, bool)>,
+        /// The virtual hop to add after sending.
+        then_add_hop: Option<VirtualHop>,
         /// Reply once queued (or why not).
         reply: Reply<()>,
+    },
+    /// Add the virtual hop (the client, after RENDEZVOUS2).
+    AddVirtualHop {
+        /// Circuit.
+        circ_id: u32,
+        /// The hop.
+        hop: VirtualHop,
     },
     /// Accept a stream announced by [`HsEvent::IncomingStream`] (sends
     /// CONNECTED). Refuse one with [`super::ChanCommand::EndStream`].
@@ -112,11 +131,8 @@ impl Reactor {
                 };
                 match e.circ.send_hs(cmd, &data) {
                     Ok(cell) => {
-                        if let Some((layer, accept)) = then_add_hop {
-                            // The virtual hop: fixed windows (congestion
-                            // control with the service is not negotiated).
-                            e.circ.add_hop(layer, None);
-                            e.circ.set_accept_incoming(accept);
+                        if let Some(hop) = then_add_hop {
+                            self.add_virtual_hop(circ_id, hop);
                         }
                         self.out_cells.push(cell);
                         self.send_out_cells(circ_id);
@@ -127,6 +143,7 @@ impl Reactor {
                     }
                 }
             }
+            HsCommand::AddVirtualHop { circ_id, hop } => self.add_virtual_hop(circ_id, hop),
             HsCommand::AcceptStream { circ_id, stream } => {
                 let Some(e) = self.circuits.get_mut(&circ_id) else {
                     return;
@@ -139,6 +156,17 @@ impl Reactor {
                     Err(err) => debug!("cannot accept stream {stream}: {err}"),
                 }
             }
+        }
+    }
+
+    fn add_virtual_hop(&mut self, circ_id: u32, hop: VirtualHop) {
+        let Some(e) = self.circuits.get_mut(&circ_id) else {
+            return;
+        };
+        e.circ.add_onion_hop(hop.layer, hop.cc_sendme_inc);
+        e.circ.set_accept_incoming(hop.accept_incoming);
+        if hop.cc_sendme_inc.is_some() {
+            self.stats.cc_circuits.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -83,6 +83,8 @@ pub struct ServiceStats {
     pub pow_verified: AtomicU64,
     /// Rendezvous circuits joined.
     pub rendezvous_ok: AtomicU64,
+    /// Of those, circuits running congestion control (the client asked).
+    pub rendezvous_cc: AtomicU64,
     /// Rendezvous attempts that failed.
     pub rendezvous_failed: AtomicU64,
     /// Streams connected to a local target.
@@ -122,6 +124,7 @@ impl ServiceHandle {
             "introduce2_refused": g(&s.introduce2_refused),
             "pow_verified": g(&s.pow_verified),
             "rendezvous_ok": g(&s.rendezvous_ok),
+            "rendezvous_cc": g(&s.rendezvous_cc),
             "rendezvous_failed": g(&s.rendezvous_failed),
             "streams": g(&s.streams),
         })

@@ -99,6 +99,9 @@ impl DescSlot {
                 .revision_counter(&b.net.schedule, b.net.valid_after, b.now, b.is_current);
         let mut input = DescriptorInput::new(&self.blinded, &self.signing, revision, b.now, &ips);
         input.auth_clients = b.auth_clients;
+        // Proposal 324 §9.1: advertise congestion control (and the
+        // SENDME increment clients must use) only while it is enabled.
+        input.flow_control_sendme_inc = b.net.cc.onion_descriptor_sendme_inc();
         #[cfg(feature = "pow")]
         {
             input.pow_v1 = self.pow.as_ref().map(|(_, p)| *p);

@@ -25,7 +25,7 @@ use crate::client::hs::net::{HsCirc, build_circuit, hop_from_link_specs};
 use crate::client::socks::STREAM_IDLE_TIMEOUT;
 use crate::client::stream::Stream;
 use crate::glue::HsHop;
-use crate::reactor::hs::{HsCommand, HsEvent};
+use crate::reactor::hs::{HsCommand, HsEvent, VirtualHop};
 use crate::reactor::{ChanCommand, ChannelHandle};
 
 /// Time to connect to a local target.
@@ -72,9 +72,21 @@ pub(super) async fn serve(
         let msg = rendezvous1_padded(&opened.plaintext.rend_cookie, &y, &auth, &mut OsRng)
             .map_err(|e| e.to_string())?;
         let layer = Box::new(HsHop(HsRelayLayer::service(&hkeys)));
-        hs.send(RelayCmd::RENDEZVOUS1, msg, Some((layer, true)))
+        let cc_sendme_inc = nd.as_deref().and_then(|nd| {
+            onionmix_proto::cc::CcParams::from_consensus(nd.params())
+                .onion_service_sendme_inc(opened.cc_requested)
+        });
+        let hop = VirtualHop {
+            layer,
+            accept_incoming: true,
+            cc_sendme_inc,
+        };
+        hs.send(RelayCmd::RENDEZVOUS1, msg, Some(hop))
             .await
             .map_err(|e| e.to_string())?;
+        if cc_sendme_inc.is_some() {
+            ServiceStats::bump(&stats.rendezvous_cc);
+        }
         Ok(hs)
     }
     .await;

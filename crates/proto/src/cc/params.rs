@@ -224,6 +224,34 @@ impl CcParams {
         inc != 0 && inc <= 2 * ours && inc >= ours / 2
     }
 
+    /// Onion services (proposal 324 §9.1): the `sendme_inc` a service's
+    /// descriptor advertises in its `flow-control` line, `None` (no line)
+    /// while congestion control is disabled.
+    pub fn onion_descriptor_sendme_inc(&self) -> Option<u8> {
+        self.enabled().then_some(self.sendme_inc)
+    }
+
+    /// Onion-service client (proposal 324 §9.1-9.2): whether to request
+    /// congestion control in INTRODUCE1 and with which SENDME increment,
+    /// given the descriptor's `flow-control` increment: only when our
+    /// consensus enables it and the advertised value is acceptable; the
+    /// descriptor's value is the one both ends use.
+    pub fn onion_client_sendme_inc(&self, advertised: Option<u8>) -> Option<u8> {
+        advertised.filter(|inc| self.enabled() && self.sendme_inc_acceptable(*inc))
+    }
+
+    /// Onion service (proposal 324 §9.4): congestion control on a
+    /// rendezvous circuit only when the client requested it and ours is
+    /// enabled (the case in which our descriptor offered it), with our
+    /// `sendme_inc`.
+    pub fn onion_service_sendme_inc(&self, requested: bool) -> Option<u8> {
+        if requested {
+            self.onion_descriptor_sendme_inc()
+        } else {
+            None
+        }
+    }
+
     /// Bytes queued towards a channel above which a circuit counts as
     /// blocked on it: tor's `orconn_high` outbuf plus `cellq_high` cells of
     /// circuit queue (tor blocks a circuit's streams when both fill).
@@ -257,6 +285,29 @@ fn cells_to_bytes(cells: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn onion_service_negotiation() {
+        let on = CcParams::default();
+        let mut map = BTreeMap::new();
+        map.insert("cc_alg".to_string(), 0);
+        let off = CcParams::from_consensus(&map);
+        assert!(!off.enabled());
+        // The descriptor line only while enabled.
+        assert_eq!(on.onion_descriptor_sendme_inc(), Some(31));
+        assert_eq!(off.onion_descriptor_sendme_inc(), None);
+        // Client: the descriptor's value when acceptable and enabled.
+        assert_eq!(on.onion_client_sendme_inc(Some(31)), Some(31));
+        assert_eq!(on.onion_client_sendme_inc(Some(20)), Some(20));
+        assert_eq!(on.onion_client_sendme_inc(None), None);
+        assert_eq!(on.onion_client_sendme_inc(Some(0)), None);
+        assert_eq!(on.onion_client_sendme_inc(Some(200)), None);
+        assert_eq!(off.onion_client_sendme_inc(Some(31)), None);
+        // Service: only on request, only while enabled.
+        assert_eq!(on.onion_service_sendme_inc(true), Some(31));
+        assert_eq!(on.onion_service_sendme_inc(false), None);
+        assert_eq!(off.onion_service_sendme_inc(true), None);
+    }
 
     #[test]
     fn defaults_when_absent_are_tor_0_4_9s() {

@@ -90,6 +90,8 @@ pub struct HsStats {
     pub pow_solved: AtomicU64,
     /// Rendezvous circuits joined.
     pub rend_joined: AtomicU64,
+    /// Of those, circuits running congestion control with the service.
+    pub rend_cc: AtomicU64,
     /// Streams opened on an existing rendezvous circuit.
     pub rend_reused: AtomicU64,
     /// Successful connections.
@@ -112,6 +114,7 @@ impl HsStats {
             "intro_attempts": g(&self.intro_attempts),
             "pow_solved": g(&self.pow_solved),
             "rend_joined": g(&self.rend_joined),
+            "rend_cc": g(&self.rend_cc),
             "rend_reused": g(&self.rend_reused),
             "connects_ok": g(&self.connects_ok),
             "connects_failed": g(&self.connects_failed),
@@ -561,12 +564,16 @@ impl HsClient {
         };
         let ntor = HsNtorClient::new(&mut OsRng, &ip.enc_key, &ip.auth_key, subcred);
         let specs = rend.point.link_specs();
+        let cc_sendme_inc = net
+            .cc
+            .onion_client_sendme_inc(desc.content.flow_control_sendme_inc);
         let input = Introduce1Input {
             auth_key: ip.auth_key,
             rend_cookie: rend.cookie,
             rend_onion_key: rend.point.ntor_key,
             rend_link_specifiers: &specs,
             pow,
+            cc_request: cc_sendme_inc.is_some(),
         };
         let Ok(msg) = build_introduce1(&ntor, &input) else {
             *rend_slot = Some(rend);
@@ -618,10 +625,13 @@ impl HsClient {
             })?;
         let layer = HsHop(HsRelayLayer::client(&keys));
         rend.hs
-            .add_hop(Box::new(layer))
+            .add_hop(Box::new(layer), cc_sendme_inc)
             .await
             .map_err(|_| IntroOutcome::Rend(RendFailure::CircuitClosed))?;
         HsStats::bump(&self.inner.stats.rend_joined);
+        if cc_sendme_inc.is_some() {
+            HsStats::bump(&self.inner.stats.rend_cc);
+        }
         info!(target: "onionmix::hs", "rendezvous circuit to an onion service joined");
         Ok(rend.hs.circ.clone())
     }

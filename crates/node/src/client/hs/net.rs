@@ -20,12 +20,13 @@ use onionmix_cell::relay::{LinkSpec, RelayCmd};
 use onionmix_hs::ring::{HashRing, RingKind, RingParams, RingPlan, SharedRandom};
 use onionmix_hs::time::HsSchedule;
 use onionmix_netdoc::{NetDir, Relay, RelayFlags};
+use onionmix_proto::cc::CcParams;
 use onionmix_proto::layer::ClientLayer;
 
 use crate::client::circmgr::CircMgr;
 use crate::client::circuit::{BuildError, Circuit, HopTarget};
 use crate::client::dir::DirMgr;
-use crate::reactor::hs::{HS_EVENT_QUEUE, HsCommand, HsEvent};
+use crate::reactor::hs::{HS_EVENT_QUEUE, HsCommand, HsEvent, VirtualHop};
 use crate::reactor::{ChanCommand, ReactorError, StreamRequest};
 
 /// Paths tried for one onion-service circuit.
@@ -47,6 +48,8 @@ pub struct HsNet {
     pub params: RingParams,
     /// Its valid-after (seconds since the epoch).
     pub valid_after: u64,
+    /// Its congestion-control parameters (`cc_alg`, `cc_sendme_inc`, ...).
+    pub cc: Arc<CcParams>,
     hsdir_ids: Vec<[u8; 32]>,
     hsdir_hops: Vec<HopTarget>,
 }
@@ -103,12 +106,14 @@ impl HsNet {
             .filter(|r| is_hsdir(r))
             .filter_map(|r| Some((r.ed_id?, DirMgr::hs_hop(r))))
             .unzip();
+        let cc = Arc::new(CcParams::from_consensus(params));
         Ok(Self {
             nd,
             schedule,
             plan,
             params: ring_params,
             valid_after,
+            cc,
             hsdir_ids,
             hsdir_hops,
         })
@@ -314,7 +319,7 @@ impl HsCirc {
         &self,
         cmd: RelayCmd,
         data: Vec<u8>,
-        then_add_hop: Option<(Box<dyn ClientLayer>, bool)>,
+        then_add_hop: Option<VirtualHop>,
     ) -> Result<(), HsCircError> {
         let circ_id = self.circ.circ_id;
         self.circ
@@ -332,15 +337,23 @@ impl HsCirc {
         Ok(())
     }
 
-    /// Add the virtual hop (the client, after RENDEZVOUS2).
-    pub async fn add_hop(&self, layer: Box<dyn ClientLayer>) -> Result<(), HsCircError> {
+    /// Add the virtual hop (the client, after RENDEZVOUS2), with
+    /// congestion control when it was requested in INTRODUCE1.
+    pub async fn add_hop(
+        &self,
+        layer: Box<dyn ClientLayer>,
+        cc_sendme_inc: Option<u8>,
+    ) -> Result<(), HsCircError> {
         self.circ
             .chan
-            .send(ChanCommand::AddHop {
+            .send(ChanCommand::Hs(HsCommand::AddVirtualHop {
                 circ_id: self.circ.circ_id,
-                layer,
-                cc_sendme_inc: None,
-            })
+                hop: VirtualHop {
+                    layer,
+                    accept_incoming: false,
+                    cc_sendme_inc,
+                },
+            }))
             .await?;
         Ok(())
     }
