@@ -152,6 +152,8 @@ pub(super) struct Shared {
     /// A pre-built circuit finished (or failed).
     pub(super) clean_done: Notify,
     pub(super) next_id: AtomicU64,
+    /// Internal circuits built ahead of need for onion services.
+    pub(super) hs_pool: super::hs::pool::Pool<Circuit>,
 }
 
 /// The circuit manager.
@@ -209,6 +211,7 @@ impl CircMgr {
                 wake: Arc::new(Notify::new()),
                 clean_done: Notify::new(),
                 next_id: AtomicU64::new(1),
+                hs_pool: Default::default(),
             }),
         }
     }
@@ -655,6 +658,13 @@ impl CircMgr {
         let mut st = self.lock_state();
         st.pools.clear();
         st.clean.clear();
+        drop(st);
+        self.inner.hs_pool.clear();
+    }
+
+    /// Internal circuits built ahead of need for onion services.
+    pub fn hs_pool(&self) -> &super::hs::pool::Pool<Circuit> {
+        &self.inner.hs_pool
     }
 
     /// A snapshot for `status.json`.
@@ -672,6 +682,7 @@ impl CircMgr {
             "preemptive_pending": self.pending_preemptive(),
             "predicted_ports": predicted,
             "build_timeout": self.inner.cbt.status(),
+            "onion_pool": self.inner.hs_pool.status(),
         })
     }
 }

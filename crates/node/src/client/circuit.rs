@@ -426,6 +426,60 @@ async fn build_inner(
     })
 }
 
+/// Extend a built circuit by one hop with fixed windows (an onion-service
+/// circuit: a pre-built internal circuit to an introduction point, a
+/// rendezvous point or an HSDir, as tor cannibalizes one). On failure the
+/// circuit is dropped, i.e. destroyed.
+pub async fn extend_circuit(
+    mut c: Circuit,
+    hop: HopTarget,
+    timeout: Duration,
+) -> Result<Circuit, BuildError> {
+    let i = c.path.len();
+    let params = hop.params.clone().unwrap_or_default();
+    let (chan, circ_id) = (c.chan.clone(), c.circ_id);
+    let fut = async {
+        let (state, htype, onionskin) = glue::handshake_start(&hop, false);
+        let msg = Extend2 {
+            specs: hop.link_specs(),
+            create: Create2 {
+                htype,
+                hdata: onionskin,
+            },
+        };
+        let created = chan
+            .request(|reply| ChanCommand::Extend {
+                circ_id,
+                msg,
+                reply,
+            })
+            .await
+            .map_err(|e| hop_err(i, &hop, e))?;
+        let keys = glue::handshake_finish(state, &created.hdata, &params).map_err(|e| {
+            BuildError::Hop {
+                hop: i,
+                relay: hop.nickname.clone(),
+                err: e,
+            }
+        })?;
+        chan.send(ChanCommand::AddHop {
+            circ_id,
+            layer: keys.layer,
+            cc_sendme_inc: None,
+        })
+        .await
+        .map_err(|e| hop_err(i, &hop, e))?;
+        Ok::<_, BuildError>(keys.kh)
+    };
+    let kh = tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| BuildError::Timeout(timeout))??;
+    c.path.push(hop);
+    c.last_hop_kh = kh;
+    c.cc_sendme_inc = None;
+    Ok(c)
+}
+
 fn hop_err(hop: usize, t: &HopTarget, e: ReactorError) -> BuildError {
     BuildError::Hop {
         hop,

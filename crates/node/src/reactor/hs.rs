@@ -200,6 +200,7 @@ impl Reactor {
                             events: tx,
                             gate,
                             buffered: 0,
+                            end_after_flush: None,
                         },
                     );
                 } else if let Ok(cell) =

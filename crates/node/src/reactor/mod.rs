@@ -39,6 +39,10 @@ struct StreamSink {
     gate: Arc<StreamGate>,
     /// Bytes delivered to `events` and not yet reported drained.
     buffered: usize,
+    /// The application ended the stream (END with this reason) while some
+    /// of its DATA still waited for the circuit's window: END follows the
+    /// last of it, so nothing the application wrote is lost.
+    end_after_flush: Option<u8>,
 }
 
 struct CircEntry {
@@ -322,6 +326,7 @@ impl Reactor {
                                 events,
                                 gate: gate.clone(),
                                 buffered: 0,
+                                end_after_flush: None,
                             },
                         );
                         let _ = reply.send(Ok((sid, gate)));
@@ -386,6 +391,17 @@ impl Reactor {
                 let Some(e) = self.circuits.get_mut(&circ_id) else {
                     return;
                 };
+                // A clean end (DONE) waits for the stream's queued DATA;
+                // an abort drops it.
+                let queued = e.pending.iter().any(|(sid, _)| *sid == stream);
+                if reason == end_reason::DONE
+                    && queued
+                    && let Some(s) = e.streams.get_mut(&stream)
+                {
+                    s.gate.close();
+                    s.end_after_flush = Some(reason);
+                    return;
+                }
                 if let Some(s) = e.streams.remove(&stream) {
                     s.gate.close();
                 }
@@ -518,6 +534,17 @@ impl Reactor {
                 Ok(cell) => self.out_cells.push(cell),
                 Err(err) => trace!("dropping stream data: {err}"),
             }
+            // The last queued cell of a stream the application ended:
+            // END goes right after it.
+            let ending = e.streams.get(&sid).and_then(|s| s.end_after_flush);
+            if let Some(reason) = ending
+                && !e.pending.iter().any(|(q, _)| *q == sid)
+            {
+                e.streams.remove(&sid);
+                if let Ok(cell) = e.circ.end_stream(sid, reason, now) {
+                    self.out_cells.push(cell);
+                }
+            }
         }
         if released > 0 {
             e.credits.add_permits(released);
@@ -534,6 +561,10 @@ impl Reactor {
                 let Some(s) = e.streams.get_mut(&stream) else {
                     return;
                 };
+                if s.end_after_flush.is_some() {
+                    // The application ended it; only our END is due.
+                    return;
+                }
                 let len = data.len();
                 if s.events
                     .try_send(StreamEvent::Data(Bytes::from(data)))

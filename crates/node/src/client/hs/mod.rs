@@ -18,6 +18,7 @@
 //! carry anything else.
 
 pub mod net;
+pub mod pool;
 pub mod socks;
 
 use std::collections::HashMap;

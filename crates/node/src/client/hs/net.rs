@@ -12,9 +12,11 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+use tracing::debug;
 
 use onionmix_cell::relay::{LinkSpec, RelayCmd};
 use onionmix_hs::ring::{HashRing, RingKind, RingParams, RingPlan, SharedRandom};
@@ -24,7 +26,7 @@ use onionmix_proto::cc::CcParams;
 use onionmix_proto::layer::ClientLayer;
 
 use crate::client::circmgr::CircMgr;
-use crate::client::circuit::{BuildError, Circuit, HopTarget};
+use crate::client::circuit::{BuildError, Circuit, HopTarget, extend_circuit};
 use crate::client::dir::DirMgr;
 use crate::reactor::hs::{HS_EVENT_QUEUE, HsCommand, HsEvent, VirtualHop};
 use crate::reactor::{ChanCommand, ReactorError, StreamRequest};
@@ -189,12 +191,106 @@ pub fn hop_from_link_specs(
     })
 }
 
-/// Build a circuit for onion-service use: three hops of ours then
-/// `target`, or (no target) three hops whose last satisfies `last_ok`.
-/// Tries [`BUILD_ATTEMPTS`] paths; a failure at the target itself ends
-/// the attempts at once. Never pooled: the circuit serves this one
-/// purpose.
+/// A circuit for onion-service use: three hops of ours then `target`, or
+/// (no target) three hops whose last satisfies `last_ok`. A pre-built
+/// internal circuit is used when one fits ([`super::pool`]: extended by
+/// one hop to `target`, or taken as it is); otherwise one is built,
+/// trying [`BUILD_ATTEMPTS`] paths. A failure at the target itself ends
+/// the attempts at once. Never pooled for reuse: the circuit serves this
+/// one purpose. Each call keeps the pool filled.
 pub async fn build_circuit(
+    dir: &Arc<DirMgr>,
+    circmgr: &CircMgr,
+    target: Option<&HopTarget>,
+    last_ok: &(dyn Fn(&Relay) -> bool + Sync),
+) -> Result<Circuit, BuildError> {
+    let pool = circmgr.hs_pool();
+    pool.note_use(Instant::now());
+    let res = from_pool(dir, circmgr, target, last_ok).await;
+    let res = match res {
+        Some(r) => r,
+        None => build_fresh(dir, circmgr, target, last_ok).await,
+    };
+    refill_pool(dir, circmgr);
+    res
+}
+
+/// A pooled circuit that fits, extended to `target` if there is one;
+/// `None` when none fits or the extension failed before the target.
+async fn from_pool(
+    dir: &Arc<DirMgr>,
+    circmgr: &CircMgr,
+    target: Option<&HopTarget>,
+    last_ok: &(dyn Fn(&Relay) -> bool + Sync),
+) -> Option<Result<Circuit, BuildError>> {
+    let nd = dir.netdir()?;
+    let pool = circmgr.hs_pool();
+    let dead = |c: &Circuit| c.is_closed();
+    match target {
+        None => {
+            let fits = |c: &Circuit| {
+                c.path.last().is_some_and(|h| {
+                    nd.relay_by_rsa_id(&h.rsa_id)
+                        .is_some_and(|r| is_rend_point(r) && last_ok(r))
+                })
+            };
+            let c = pool.take(Instant::now(), dead, fits)?;
+            pool.counters.taken.fetch_add(1, Ordering::Relaxed);
+            Some(Ok(c))
+        }
+        Some(t) => {
+            let t_relay = nd.relay_by_rsa_id(&t.rsa_id);
+            // No hop is the target or in its family (as a fresh path).
+            let fits = |c: &Circuit| {
+                c.path.iter().all(|h| {
+                    h.rsa_id != t.rsa_id
+                        && match (t_relay, nd.relay_by_rsa_id(&h.rsa_id)) {
+                            (Some(tr), Some(hr)) => !tr.in_same_family(hr),
+                            (None, _) => true,
+                            (Some(_), None) => false,
+                        }
+                })
+            };
+            let c = pool.take(Instant::now(), dead, fits)?;
+            let n = c.path.len();
+            let limit = circmgr.build_times_estimator().timeouts(n + 1).0;
+            match extend_circuit(c, t.clone(), limit).await {
+                Ok(c) => {
+                    pool.counters.extended.fetch_add(1, Ordering::Relaxed);
+                    Some(Ok(c))
+                }
+                Err(e) => {
+                    pool.counters.extend_failed.fetch_add(1, Ordering::Relaxed);
+                    debug!("extending a pre-built circuit to {}: {e}", t.nickname);
+                    // The target refused: as for a fresh build, give up;
+                    // anything else (timeout, a pooled hop failed): build.
+                    matches!(&e, BuildError::Hop { hop, .. } if *hop == n).then_some(Err(e))
+                }
+            }
+        }
+    }
+}
+
+/// Start the builds that keep the pool at its target (while onion
+/// services are in use).
+fn refill_pool(dir: &Arc<DirMgr>, circmgr: &CircMgr) {
+    let n = circmgr.hs_pool().builds_wanted(Instant::now());
+    for _ in 0..n {
+        let (dir, circmgr) = (dir.clone(), circmgr.clone());
+        tokio::spawn(async move {
+            let pool = circmgr.hs_pool();
+            match build_fresh(&dir, &circmgr, None, &is_rend_point).await {
+                Ok(c) => pool.built(Instant::now(), c),
+                Err(e) => {
+                    debug!("pre-building an onion-service circuit: {e}");
+                    pool.build_failed();
+                }
+            }
+        });
+    }
+}
+
+async fn build_fresh(
     dir: &DirMgr,
     circmgr: &CircMgr,
     target: Option<&HopTarget>,
@@ -242,7 +338,7 @@ pub async fn build_circuit(
 /// A directory request to an HSDir over `BEGIN_DIR` on a circuit of its
 /// own; returns the HTTP status and body (at most `max_body` bytes).
 pub async fn hsdir_request(
-    dir: &DirMgr,
+    dir: &Arc<DirMgr>,
     circmgr: &CircMgr,
     hsdir: &HopTarget,
     request: &[u8],
