@@ -348,11 +348,25 @@ pub async fn hsdir_request(
         let circ = build_circuit(dir, circmgr, Some(hsdir), &|_| true)
             .await
             .map_err(|e| e.to_string())?;
-        let (mut s, _) = circ
-            .open_stream(StreamRequest::BeginDir, HSDIR_REQUEST_TIMEOUT)
+        // A small request (a descriptor fetch) travels right behind
+        // BEGIN_DIR instead of a round trip later: a relay opens a
+        // directory stream as soon as BEGIN_DIR arrives (tor answers
+        // CONNECTED at once and reads what follows), so the data finds it
+        // open. Uploads (up to 50 KB) wait for CONNECTED.
+        let mut s = circ
+            .begin_stream(StreamRequest::BeginDir)
             .await
             .map_err(|e| e.to_string())?;
-        s.write_all(request).await.map_err(|e| e.to_string())?;
+        let optimistic = request.len() <= OPTIMISTIC_DIR_REQUEST_MAX;
+        if optimistic {
+            s.write_all(request).await.map_err(|e| e.to_string())?;
+        }
+        s.first_event(HSDIR_REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !optimistic {
+            s.write_all(request).await.map_err(|e| e.to_string())?;
+        }
         let raw = s
             .read_to_end(
                 max_body + onionmix_http::MAX_HEAD_LEN,
@@ -369,6 +383,9 @@ pub async fn hsdir_request(
         .await
         .map_err(|_| "HSDir request timed out".to_string())?
 }
+
+/// Largest HSDir request sent before CONNECTED (four cells).
+const OPTIMISTIC_DIR_REQUEST_MAX: usize = 4 * onionmix_cell::RELAY_DATA_LEN;
 
 /// Why waiting on an onion-service circuit ended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
