@@ -1,0 +1,201 @@
+//! The C ABI (`onionmix-ffi`) from C: builds the library (`cargo build
+//! --release -p onionmix-ffi`), compiles `crates/ffi/examples/c/fetch.c`
+//! with `cc` twice (linked with `libonionmix.a`, and with `libonionmix.so`
+//! through an rpath), starts a private all-onionmix network and runs both
+//! programs: each starts the client in its own process, bootstraps, fetches
+//! 1 MiB from the sink over a stream and stops the client. The body each
+//! writes must be the sink's 1 MiB with the right SHA-256.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common_net;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// Bytes each program fetches.
+const BODY: u64 = 1 << 20;
+/// Time a C program may take (bootstrap, fetch, stop) on a loaded machine.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Whether a C compiler is here, with the project's skip/require policy.
+fn cc_available() -> bool {
+    onionmix_testsupport::require_or_skip(
+        "ffi_c_example",
+        Command::new("cc")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.success().then_some(()).ok_or(s.to_string()))
+            .map_err(|e| {
+                format!("no C compiler (`cc`: {e}); install one: apt-get install build-essential")
+            }),
+    )
+}
+
+/// Build the static and shared libraries into the target directory this
+/// test runs from; returns the directory holding them.
+fn build_libraries() -> PathBuf {
+    // <target>/release/deps/ffi_c_example-<hash>
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in <target>/<profile>/deps")
+        .to_path_buf();
+    assert_eq!(
+        profile_dir.file_name().and_then(|n| n.to_str()),
+        Some("release"),
+        "run this test with --release (it builds the library in the same profile)"
+    );
+    let target_dir = profile_dir.parent().unwrap();
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-p", "onionmix-ffi", "--target-dir"])
+        .arg(target_dir)
+        .current_dir(onionmix_testsupport::repo_root())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building onionmix-ffi failed: {status}");
+    for lib in ["libonionmix.a", "libonionmix.so"] {
+        assert!(profile_dir.join(lib).is_file(), "{lib} not built");
+    }
+    profile_dir
+}
+
+/// Compile fetch.c into `out`, linked with `link` (arguments after the
+/// source file).
+fn compile(out: &Path, link: &[String]) {
+    let ffi = onionmix_testsupport::repo_root().join("crates/ffi");
+    let o = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(ffi.join("include"))
+        .arg(ffi.join("examples/c/fetch.c"))
+        .args(link)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("cc runs");
+    assert!(
+        o.status.success(),
+        "cc failed for {}:\n{}",
+        out.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Run `cmd` to its end within [`RUN_TIMEOUT`] (killed past it).
+fn run(mut cmd: Command, who: &str) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{who}: still running after {RUN_TIMEOUT:?}; stderr:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn c_example_fetches_through_static_and_shared_library() {
+    if !cc_available() {
+        return;
+    }
+    let _serial = common_net::serial();
+    let libdir = build_libraries();
+    let tmp = tempfile::tempdir().unwrap();
+    let static_bin = tmp.path().join("fetch-static");
+    let shared_bin = tmp.path().join("fetch-shared");
+    // The system libraries `cargo rustc -p onionmix-ffi --crate-type
+    // staticlib -- --print native-static-libs` reports on Linux.
+    let mut link = vec![libdir.join("libonionmix.a").display().to_string()];
+    link.extend(
+        [
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+            "-lc",
+        ]
+        .map(String::from),
+    );
+    compile(&static_bin, &link);
+    compile(
+        &shared_bin,
+        &[
+            format!("-L{}", libdir.display()),
+            "-lonionmix".into(),
+            format!("-Wl,-rpath,{}", libdir.display()),
+        ],
+    );
+
+    let net = common_net::start("onionmix-basic", &tmp.path().join("net"));
+    let info = net.info().clone();
+    let sink = info.sink.as_ref().expect("sink").http;
+    // The launcher's client configuration names the network's authorities;
+    // the C programs' clients get no control or metrics port (the
+    // launcher's client holds those) and a state directory each.
+    let node = info.clients(None).into_iter().next().expect("a client");
+    let text = std::fs::read_to_string(node.data_dir.join("client.toml")).unwrap();
+    let mut cfg: toml::Table = text.parse().unwrap();
+    for key in ["control_port", "control_socket", "metrics_port"] {
+        cfg.remove(key);
+    }
+    cfg.insert(
+        "data_dir".into(),
+        toml::Value::String(tmp.path().join("unused").display().to_string()),
+    );
+    let cfg_path = tmp.path().join("client.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+
+    let want = onionmix_testbed::sink::digest(BODY);
+    for (bin, kind) in [(&static_bin, "static"), (&shared_bin, "shared")] {
+        let body_path = tmp.path().join(format!("body-{kind}"));
+        let mut cmd = Command::new(bin);
+        cmd.arg(&cfg_path)
+            .arg(tmp.path().join(format!("state-{kind}")))
+            .arg(sink.ip().to_string())
+            .arg(sink.port().to_string())
+            .arg(format!("/bytes/{BODY}"))
+            .arg(&body_path);
+        let o = run(cmd, kind);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success(),
+            "{kind}: fetch failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            o.status
+        );
+        assert!(stdout.starts_with("HTTP/1.1 200"), "{kind}: {stdout}");
+        assert!(stderr.contains("bootstrapped 100%"), "{kind}: {stderr}");
+        assert!(stderr.contains("client stopped"), "{kind}: {stderr}");
+        let body = std::fs::read(&body_path).unwrap();
+        assert_eq!(body.len() as u64, BODY, "{kind}: body length");
+        let got = Sha256::digest(&body);
+        assert_eq!(got.as_slice(), want.as_slice(), "{kind}: SHA-256 mismatch");
+        // The program saw the sink's own digest header, and it agrees.
+        assert!(
+            stdout.contains(&format!("x-onionmix-sha256: {}", hex::encode(want))),
+            "{kind}: {stdout}"
+        );
+        eprintln!("{kind} library: 1 MiB verified");
+    }
+    drop(net);
+}
