@@ -183,8 +183,9 @@ const char *onionmix_version(void);
 /**
  * Start a client from a configuration file (the `onionmix client` TOML).
  * Returns at once: the bootstrap goes on in the background (see
- * `onionmix_client_wait_bootstrapped`). No SOCKS port is opened; a
- * control or metrics port only if the configuration names one.
+ * `onionmix_client_wait_bootstrapped`). No SOCKS port is opened (see
+ * `onionmix_client_start_with_socks`); a control or metrics port only if
+ * the configuration names one.
  *
  * `config_path`: the configuration file (UTF-8). `data_dir`: the state
  * directory (guards, cached directory), replacing the configuration's
@@ -202,6 +203,31 @@ const char *onionmix_version(void);
 onionmix_error onionmix_client_start(const char *config_path,
                                      const char *data_dir,
                                      struct onionmix_client **out);
+
+/**
+ * `onionmix_client_start`, and also open the configuration's SOCKS port
+ * (`socks_listen`, by default 127.0.0.1:9050; port 0 takes any free
+ * port), as tor's `SocksPort` does, for code that wants a SOCKS5 proxy.
+ * `onionmix_client_socks_port` tells the port it got.
+ *
+ * # Safety
+ *
+ * As `onionmix_client_start`.
+ */
+onionmix_error onionmix_client_start_with_socks(const char *config_path,
+                                                const char *data_dir,
+                                                struct onionmix_client **out);
+
+/**
+ * The port the client's SOCKS5 proxy listens on (on the address of the
+ * configuration's `socks_listen`), 0 when it has none (started with
+ * `onionmix_client_start`), or a negative error code.
+ *
+ * # Safety
+ *
+ * As `onionmix_client_wait_bootstrapped`.
+ */
+int32_t onionmix_client_socks_port(const struct onionmix_client *client);
 
 /**
  * Wait up to `timeout_ms` milliseconds (0: no limit) for the bootstrap

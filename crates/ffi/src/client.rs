@@ -66,8 +66,9 @@ unsafe fn client_ref<'a>(p: *const Client) -> Result<&'a Client, Failure> {
 
 /// Start a client from a configuration file (the `onionmix client` TOML).
 /// Returns at once: the bootstrap goes on in the background (see
-/// `onionmix_client_wait_bootstrapped`). No SOCKS port is opened; a
-/// control or metrics port only if the configuration names one.
+/// `onionmix_client_wait_bootstrapped`). No SOCKS port is opened (see
+/// `onionmix_client_start_with_socks`); a control or metrics port only if
+/// the configuration names one.
 ///
 /// `config_path`: the configuration file (UTF-8). `data_dir`: the state
 /// directory (guards, cached directory), replacing the configuration's
@@ -87,34 +88,89 @@ pub unsafe extern "C" fn onionmix_client_start(
     data_dir: *const c_char,
     out: *mut *mut Client,
 ) -> OnionmixError {
-    guard_code(|| {
-        if out.is_null() {
-            return Err(null_arg("out"));
-        }
-        // SAFETY: `out` is not NULL and points to writable storage.
-        unsafe { out.write(std::ptr::null_mut()) };
-        // SAFETY: the caller promises NUL-terminated strings.
-        let path = unsafe { utf8_arg(config_path, "config_path") }?;
-        let dir = if data_dir.is_null() {
-            None
+    // SAFETY: the caller's promises, passed on.
+    guard_code(|| unsafe { start(config_path, data_dir, out, false) })
+}
+
+/// `onionmix_client_start`, and also open the configuration's SOCKS port
+/// (`socks_listen`, by default 127.0.0.1:9050; port 0 takes any free
+/// port), as tor's `SocksPort` does, for code that wants a SOCKS5 proxy.
+/// `onionmix_client_socks_port` tells the port it got.
+///
+/// # Safety
+///
+/// As `onionmix_client_start`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onionmix_client_start_with_socks(
+    config_path: *const c_char,
+    data_dir: *const c_char,
+    out: *mut *mut Client,
+) -> OnionmixError {
+    // SAFETY: the caller's promises, passed on.
+    guard_code(|| unsafe { start(config_path, data_dir, out, true) })
+}
+
+/// Both start functions.
+///
+/// # Safety
+///
+/// As `onionmix_client_start`.
+unsafe fn start(
+    config_path: *const c_char,
+    data_dir: *const c_char,
+    out: *mut *mut Client,
+    socks: bool,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(null_arg("out"));
+    }
+    // SAFETY: `out` is not NULL and points to writable storage.
+    unsafe { out.write(std::ptr::null_mut()) };
+    // SAFETY: the caller promises NUL-terminated strings.
+    let path = unsafe { utf8_arg(config_path, "config_path") }?;
+    let dir = if data_dir.is_null() {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { utf8_arg(data_dir, "data_dir") }?)
+    };
+    let mut cfg = ClientConfig::load(&PathBuf::from(path))
+        .map_err(|e| Failure::new(OnionmixError::Config, e.to_string()))?;
+    if let Some(d) = dir {
+        cfg.data_dir = PathBuf::from(d);
+    }
+    let launch = async move {
+        if socks {
+            OnionmixClient::launch_with_socks(cfg).await
         } else {
-            // SAFETY: as above.
-            Some(unsafe { utf8_arg(data_dir, "data_dir") }?)
-        };
-        let mut cfg = ClientConfig::load(&PathBuf::from(path))
-            .map_err(|e| Failure::new(OnionmixError::Config, e.to_string()))?;
-        if let Some(d) = dir {
-            cfg.data_dir = PathBuf::from(d);
+            OnionmixClient::launch(cfg).await
         }
-        let inner = block_on(OnionmixClient::launch(cfg), None, "start")??;
-        let client = Box::new(Client {
-            inner,
-            tokens: Mutex::new(TokenTable::default()),
-        });
-        // SAFETY: checked above; the caller now owns the box.
-        unsafe { out.write(Box::into_raw(client)) };
-        Ok(())
-    })
+    };
+    let inner = block_on(launch, None, "start")??;
+    let client = Box::new(Client {
+        inner,
+        tokens: Mutex::new(TokenTable::default()),
+    });
+    // SAFETY: checked above; the caller now owns the box.
+    unsafe { out.write(Box::into_raw(client)) };
+    Ok(())
+}
+
+/// The port the client's SOCKS5 proxy listens on (on the address of the
+/// configuration's `socks_listen`), 0 when it has none (started with
+/// `onionmix_client_start`), or a negative error code.
+///
+/// # Safety
+///
+/// As `onionmix_client_wait_bootstrapped`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn onionmix_client_socks_port(client: *const Client) -> i32 {
+    let r = guard(|| {
+        // SAFETY: the caller's promise, above.
+        let c = unsafe { client_ref(client) }?;
+        Ok(c.inner.socks_addr().map_or(0, |a| i32::from(a.port())))
+    });
+    r.unwrap_or_else(|code| code as i32)
 }
 
 /// Wait up to `timeout_ms` milliseconds (0: no limit) for the bootstrap

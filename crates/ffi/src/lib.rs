@@ -37,8 +37,8 @@ mod stream;
 
 pub use client::{
     Client, onionmix_client_bootstrap_percent, onionmix_client_connect,
-    onionmix_client_new_identity, onionmix_client_start, onionmix_client_stop,
-    onionmix_client_wait_bootstrapped,
+    onionmix_client_new_identity, onionmix_client_socks_port, onionmix_client_start,
+    onionmix_client_start_with_socks, onionmix_client_stop, onionmix_client_wait_bootstrapped,
 };
 pub use error::{OnionmixError, onionmix_error_name, onionmix_last_error_message};
 pub use stream::{

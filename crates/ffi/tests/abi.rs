@@ -22,10 +22,11 @@ fn c(s: &str) -> CString {
     CString::new(s).unwrap()
 }
 
-/// A client configuration whose one authority listens nowhere.
+/// A client configuration whose one authority listens nowhere (SOCKS, if
+/// opened, on any free loopback port).
 fn unreachable_config(dir: &std::path::Path) -> CString {
     let text = format!(
-        "data_dir = {:?}\ntesting_network = true\n[[authority]]\nnickname = \"a\"\n\
+        "data_dir = {:?}\ntesting_network = true\nsocks_listen = \"127.0.0.1:0\"\n[[authority]]\nnickname = \"a\"\n\
          v3ident = \"{}\"\nfingerprint = \"{}\"\ndir_addr = \"127.0.0.1:1\"\n\
          or_addr = \"127.0.0.1:2\"\n",
         dir.join("state"),
@@ -172,6 +173,7 @@ fn a_client_that_cannot_bootstrap() {
             tmp.path().join("ffi-state").is_dir(),
             "data_dir argument used"
         );
+        assert_eq!(onionmix_client_socks_port(client), 0, "no SOCKS port");
         let p = onionmix_client_bootstrap_percent(client);
         assert!((0..100).contains(&p), "{p}");
         assert_eq!(
@@ -254,4 +256,41 @@ fn blocking_calls_inside_a_runtime_are_refused() {
     });
     assert_eq!(code, OnionmixError::InsideRuntime);
     assert!(client.is_null());
+}
+
+#[test]
+fn socks_port_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = unreachable_config(tmp.path());
+    let mut client: *mut Client = ptr::null_mut();
+    // SAFETY: valid strings, out pointer and a live client until stopped.
+    unsafe {
+        assert_eq!(
+            onionmix_client_socks_port(ptr::null()),
+            OnionmixError::NullArgument as i32
+        );
+        assert_eq!(
+            onionmix_client_start_with_socks(cfg.as_ptr(), ptr::null(), ptr::null_mut()),
+            OnionmixError::NullArgument
+        );
+        assert_eq!(
+            onionmix_client_start_with_socks(cfg.as_ptr(), ptr::null(), &mut client),
+            OnionmixError::Ok
+        );
+        let port = onionmix_client_socks_port(client);
+        assert!(port > 0 && port <= 65535, "{port}");
+        let port = u16::try_from(port).unwrap();
+        // A SOCKS5 greeting (no authentication) gets the method choice.
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(&[5, 1, 0]).unwrap();
+        let mut reply = [0u8; 2];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, [5, 0]);
+        drop(s);
+        assert_eq!(onionmix_client_stop(&mut client), OnionmixError::Ok);
+        // Stopped: the port is closed.
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    }
 }

@@ -35,6 +35,8 @@ fn committed_header_is_current() {
         "onionmix_last_error_message",
         "onionmix_error_name",
         "onionmix_client_start",
+        "onionmix_client_start_with_socks",
+        "onionmix_client_socks_port",
         "onionmix_client_wait_bootstrapped",
         "onionmix_client_bootstrap_percent",
         "onionmix_client_connect",
