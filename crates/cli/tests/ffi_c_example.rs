@@ -1,10 +1,13 @@
-//! The C ABI (`onionmix-ffi`) from C: builds the library (`cargo build
-//! --release -p onionmix-ffi`), compiles `crates/ffi/examples/c/fetch.c`
-//! with `cc` twice (linked with `libonionmix.a`, and with `libonionmix.so`
-//! through an rpath), starts a private all-onionmix network and runs both
-//! programs: each starts the client in its own process, bootstraps, fetches
-//! 1 MiB from the sink over a stream and stops the client. The body each
-//! writes must be the sink's 1 MiB with the right SHA-256.
+//! The embedding examples on a private all-onionmix network: the C ABI
+//! (`onionmix-ffi`) from C and the Rust API's own example. Builds the
+//! library and the Rust example (`cargo build --release -p onionmix-ffi -p
+//! onionmix-embed --lib --example fetch`), compiles
+//! `crates/ffi/examples/c/fetch.c` with `cc` twice (linked with
+//! `libonionmix.a`, and with `libonionmix.so` through an rpath), and runs
+//! the three programs: each starts the client in its own process,
+//! bootstraps, fetches 1 MiB from the sink over a stream and stops the
+//! client. The body each writes must be the sink's 1 MiB with the right
+//! SHA-256.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
@@ -37,8 +40,9 @@ fn cc_available() -> bool {
     )
 }
 
-/// Build the static and shared libraries into the target directory this
-/// test runs from; returns the directory holding them.
+/// Build the static and shared libraries and the Rust example into the
+/// target directory this test runs from; returns the directory holding
+/// them (`<target>/release`).
 fn build_libraries() -> PathBuf {
     // <target>/release/deps/ffi_c_example-<hash>
     let exe = std::env::current_exe().unwrap();
@@ -54,13 +58,21 @@ fn build_libraries() -> PathBuf {
     );
     let target_dir = profile_dir.parent().unwrap();
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "onionmix-ffi", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "onionmix-ffi",
+            "-p",
+            "onionmix-embed",
+        ])
+        .args(["--lib", "--example", "fetch", "--target-dir"])
         .arg(target_dir)
         .current_dir(onionmix_testsupport::repo_root())
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building onionmix-ffi failed: {status}");
-    for lib in ["libonionmix.a", "libonionmix.so"] {
+    for lib in ["libonionmix.a", "libonionmix.so", "examples/fetch"] {
         assert!(profile_dir.join(lib).is_file(), "{lib} not built");
     }
     profile_dir
@@ -112,7 +124,7 @@ fn run(mut cmd: Command, who: &str) -> Output {
 }
 
 #[test]
-fn c_example_fetches_through_static_and_shared_library() {
+fn rust_and_c_examples_fetch_1_mib() {
     if !cc_available() {
         return;
     }
@@ -195,7 +207,36 @@ fn c_example_fetches_through_static_and_shared_library() {
             stdout.contains(&format!("x-onionmix-sha256: {}", hex::encode(want))),
             "{kind}: {stdout}"
         );
-        eprintln!("{kind} library: 1 MiB verified");
+        eprintln!("C example, {kind} library: 1 MiB verified");
     }
+
+    // The Rust example takes its state directory from the configuration.
+    cfg.insert(
+        "data_dir".into(),
+        toml::Value::String(tmp.path().join("state-rust").display().to_string()),
+    );
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+    let body_path = tmp.path().join("body-rust");
+    let mut cmd = Command::new(libdir.join("examples/fetch"));
+    cmd.arg(&cfg_path)
+        .arg(format!("http://{sink}/bytes/{BODY}"))
+        .arg(&body_path);
+    let o = run(cmd, "rust example");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "Rust example failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.starts_with("HTTP/1.1 200"), "{stdout}");
+    let body = std::fs::read(&body_path).unwrap();
+    assert_eq!(body.len() as u64, BODY, "Rust example: body length");
+    assert_eq!(
+        Sha256::digest(&body).as_slice(),
+        want.as_slice(),
+        "Rust example: SHA-256 mismatch"
+    );
+    eprintln!("Rust example: 1 MiB verified");
     drop(net);
 }
