@@ -57,7 +57,28 @@ fn build_libraries() -> PathBuf {
         "run this test with --release (it builds the library in the same profile)"
     );
     let target_dir = profile_dir.parent().unwrap();
-    let status = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    // Without the variables cargo set for this test (some build scripts
+    // rerun when e.g. CARGO_MANIFEST_DIR changes, which would rebuild
+    // their crates here and again in the next ordinary build).
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .contains(&k.as_ref())
+        {
+            cargo.env_remove(k.as_ref());
+        }
+    }
+    let status = cargo
         .args([
             "build",
             "--release",

@@ -178,6 +178,9 @@ pub(crate) fn set_last_error(f: &Failure) -> OnionmixError {
 /// `onionmix_*` call on this thread: copy it to keep it. Never free it.
 #[unsafe(no_mangle)]
 pub extern "C" fn onionmix_last_error_message() -> *const c_char {
+    // No guard: `try_with` cannot panic (it reports a destroyed
+    // thread-local instead), and the cell is never borrowed mutably while
+    // this runs (nothing else runs on this thread meanwhile).
     LAST_ERROR
         .try_with(|l| l.borrow().as_ref().map_or(ptr::null(), |c| c.as_ptr()))
         .unwrap_or(ptr::null())
@@ -189,6 +192,7 @@ pub extern "C" fn onionmix_last_error_message() -> *const c_char {
 /// The string is static: never free it.
 #[unsafe(no_mangle)]
 pub extern "C" fn onionmix_error_name(code: i32) -> *const c_char {
+    // No guard: a search in a constant table cannot panic.
     ALL_CODES
         .iter()
         .find(|e| **e as i32 == code)

@@ -10,7 +10,9 @@
 //!
 //! - no panic crosses the boundary: each body runs under
 //!   [`std::panic::catch_unwind`] and a panic becomes
-//!   `ONIONMIX_ERROR_INTERNAL`;
+//!   `ONIONMIX_ERROR_INTERNAL` (the three that do not, `onionmix_version`,
+//!   `onionmix_error_name` and `onionmix_last_error_message`, only read
+//!   constants or a thread-local and cannot panic);
 //! - every pointer argument is checked for NULL
 //!   (`ONIONMIX_ERROR_NULL_ARGUMENT`), every string argument is checked
 //!   to be UTF-8 (`ONIONMIX_ERROR_INVALID_UTF8`);
@@ -56,5 +58,6 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 /// The string is static: never free it.
 #[unsafe(no_mangle)]
 pub extern "C" fn onionmix_version() -> *const c_char {
+    // No guard: a pointer to a constant cannot panic.
     VERSION.as_ptr().cast()
 }
