@@ -7,7 +7,10 @@
 //! the three programs: each starts the client in its own process,
 //! bootstraps, fetches 1 MiB from the sink over a stream and stops the
 //! client. The body each writes must be the sink's 1 MiB with the right
-//! SHA-256.
+//! SHA-256. A fourth program, `crates/ffi/tests/c/abi_net.c`, checks the
+//! rest of the ABI from C on the same network (isolation tokens, a read
+//! blocked in one thread while another writes, new identity, a read
+//! timeout, streams outliving their client).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
@@ -99,14 +102,14 @@ fn build_libraries() -> PathBuf {
     profile_dir
 }
 
-/// Compile fetch.c into `out`, linked with `link` (arguments after the
-/// source file).
-fn compile(out: &Path, link: &[String]) {
+/// Compile `src` (under `crates/ffi`) into `out`, linked with `link`
+/// (arguments after the source file).
+fn compile(src: &str, out: &Path, link: &[String]) {
     let ffi = onionmix_testsupport::repo_root().join("crates/ffi");
     let o = Command::new("cc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I"])
         .arg(ffi.join("include"))
-        .arg(ffi.join("examples/c/fetch.c"))
+        .arg(ffi.join(src))
         .args(link)
         .arg("-o")
         .arg(out)
@@ -169,15 +172,15 @@ fn rust_and_c_examples_fetch_1_mib() {
         ]
         .map(String::from),
     );
-    compile(&static_bin, &link);
-    compile(
-        &shared_bin,
-        &[
-            format!("-L{}", libdir.display()),
-            "-lonionmix".into(),
-            format!("-Wl,-rpath,{}", libdir.display()),
-        ],
-    );
+    compile("examples/c/fetch.c", &static_bin, &link);
+    let shared = [
+        format!("-L{}", libdir.display()),
+        "-lonionmix".into(),
+        format!("-Wl,-rpath,{}", libdir.display()),
+    ];
+    compile("examples/c/fetch.c", &shared_bin, &shared);
+    let abi_bin = tmp.path().join("abi-net");
+    compile("tests/c/abi_net.c", &abi_bin, &shared);
 
     let net = common_net::start("onionmix-basic", &tmp.path().join("net"));
     let info = net.info().clone();
@@ -230,6 +233,24 @@ fn rust_and_c_examples_fetch_1_mib() {
         );
         eprintln!("C example, {kind} library: 1 MiB verified");
     }
+
+    // The rest of the ABI from C: isolation tokens, a blocked read while
+    // another thread writes, new identity, a read timeout, streams
+    // outliving their client.
+    let mut cmd = Command::new(&abi_bin);
+    cmd.arg(&cfg_path)
+        .arg(tmp.path().join("state-abi"))
+        .arg(sink.ip().to_string())
+        .arg(sink.port().to_string());
+    let o = run(cmd, "abi_net");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("abi_net: all checks passed"),
+        "abi_net failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    eprintln!("ABI from C: all checks passed");
 
     // The Rust example takes its state directory from the configuration.
     cfg.insert(
