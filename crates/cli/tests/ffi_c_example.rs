@@ -211,6 +211,10 @@ fn rust_and_c_examples_fetch_1_mib() {
             .arg(sink.port().to_string())
             .arg(format!("/bytes/{BODY}"))
             .arg(&body_path);
+        // The static build also shows the library's log (onionmix_log_init).
+        if kind == "static" {
+            cmd.env("ONIONMIX_LOG", "info");
+        }
         let o = run(cmd, kind);
         let stdout = String::from_utf8_lossy(&o.stdout);
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -222,6 +226,12 @@ fn rust_and_c_examples_fetch_1_mib() {
         assert!(stdout.starts_with("HTTP/1.1 200"), "{kind}: {stdout}");
         assert!(stderr.contains("bootstrapped 100%"), "{kind}: {stderr}");
         assert!(stderr.contains("client stopped"), "{kind}: {stderr}");
+        if kind == "static" {
+            assert!(
+                stderr.contains("INFO") && stderr.contains("embedded onionmix client started"),
+                "{kind}: no log lines: {stderr}"
+            );
+        }
         let body = std::fs::read(&body_path).unwrap();
         assert_eq!(body.len() as u64, BODY, "{kind}: body length");
         let got = Sha256::digest(&body);

@@ -32,6 +32,8 @@
  *   call on it. Different clients and different streams may be used from
  *   different threads at once; one thread may read a stream while another
  *   writes it.
+ * - onionmix_log_init (optional, once per process) sends the library's log
+ *   lines to stderr or to your callback.
  * - Strings the library returns (onionmix_version, onionmix_error_name,
  *   onionmix_last_error_message) are never freed by the caller.
  * - Buffers and strings you pass are only borrowed for the call.
@@ -168,6 +170,12 @@ typedef struct onionmix_client onionmix_client;
  * writes.
  */
 typedef struct onionmix_stream onionmix_stream;
+
+/**
+ * A C log callback: one formatted line (no trailing newline) and the
+ * caller's context pointer.
+ */
+typedef void (*onionmix_log_callback)(const char *line, void *ctx);
 
 #ifdef __cplusplus
 extern "C" {
@@ -331,6 +339,27 @@ const char *onionmix_last_error_message(void);
  * The string is static: never free it.
  */
 const char *onionmix_error_name(int32_t code);
+
+/**
+ * Send the library's log lines to `callback` (or to stderr when it is
+ * NULL), filtered by `filter`: a level ("info", "debug") or per-module
+ * directives as in `RUST_LOG` ("warn,onionmix_node=info"); NULL means
+ * "info". At the default levels no keys, secrets or target addresses are
+ * logged. Once per process: a second call returns `ONIONMIX_ERROR_SETUP`
+ * (as does one in a program that installed its own Rust logger).
+ *
+ * The callback is called from the library's threads, possibly several at
+ * once, with one line (no trailing newline) valid only during the call,
+ * and `ctx`. It must be thread-safe, must return quickly and must not call
+ * onionmix functions. It stays installed for the life of the process.
+ *
+ * # Safety
+ *
+ * `filter` is NULL or NUL-terminated; `callback`, when not NULL, may be
+ * called as described from any thread for the life of the process, with
+ * `ctx`.
+ */
+onionmix_error onionmix_log_init(const char *filter, onionmix_log_callback callback, void *ctx);
 
 /**
  * Set the timeout of later reads and writes on `stream`, in milliseconds

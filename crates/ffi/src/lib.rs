@@ -35,6 +35,7 @@
 mod client;
 mod error;
 mod guard;
+mod log;
 mod stream;
 
 pub use client::{
@@ -43,6 +44,7 @@ pub use client::{
     onionmix_client_start_with_socks, onionmix_client_stop, onionmix_client_wait_bootstrapped,
 };
 pub use error::{OnionmixError, onionmix_error_name, onionmix_last_error_message};
+pub use log::{LogCallback, onionmix_log_init};
 pub use stream::{
     Stream, onionmix_stream_close, onionmix_stream_read, onionmix_stream_set_timeout,
     onionmix_stream_write,

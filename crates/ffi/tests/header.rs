@@ -34,6 +34,7 @@ fn committed_header_is_current() {
         "onionmix_version",
         "onionmix_last_error_message",
         "onionmix_error_name",
+        "onionmix_log_init",
         "onionmix_client_start",
         "onionmix_client_start_with_socks",
         "onionmix_client_socks_port",

@@ -10,7 +10,8 @@
  * response, writes its body to <body-out-file>, prints the status line, the
  * body length and the server's X-Onionmix-Sha256 header (the onionmix test
  * sink's digest of the body), closes the stream and stops the client.
- * Exits 0 on a complete 200 response.
+ * Exits 0 on a complete 200 response. With ONIONMIX_LOG set (e.g. "info"),
+ * the library logs to stderr.
  *
  * Build: see the Makefile beside this file (static or shared library).
  */
@@ -80,6 +81,12 @@ int main(int argc, char **argv) {
     const char *out_path = argv[6];
 
     fprintf(stderr, "onionmix %s\n", onionmix_version());
+    /* ONIONMIX_LOG=info (or debug, ...) shows the library's log on stderr. */
+    const char *log = getenv("ONIONMIX_LOG");
+    if (log) {
+        onionmix_error lrc = onionmix_log_init(log, NULL, NULL);
+        if (lrc != ONIONMIX_ERROR_OK) fail("log", lrc);
+    }
     onionmix_client *client = NULL;
     onionmix_error rc = onionmix_client_start(config, data_dir, &client);
     if (rc != ONIONMIX_ERROR_OK) {
