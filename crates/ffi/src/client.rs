@@ -23,6 +23,12 @@ pub struct Client {
     tokens: Mutex<TokenTable>,
 }
 
+// C may use one client from several threads at once.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Client>();
+};
+
 /// The caller's isolation tokens (any nonzero 64-bit value) mapped to the
 /// embedding API's, oldest first for eviction.
 #[derive(Default)]

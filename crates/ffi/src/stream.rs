@@ -23,6 +23,12 @@ pub struct Stream {
     timeout_ms: AtomicU32,
 }
 
+// One thread may read a stream while another writes it.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Stream>();
+};
+
 impl Stream {
     pub(crate) fn new(s: DataStream) -> Self {
         let (rd, wr) = tokio::io::split(s);
