@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn committed_header_is_current() {
@@ -51,4 +52,58 @@ fn committed_header_is_current() {
         assert!(text.contains(&format!("{f}(")), "{f} missing");
     }
     assert!(text.contains("typedef struct onionmix_client onionmix_client;"));
+}
+
+/// The header compiles as C99 and as C++ (`cc`, `c++`; skipped with the
+/// project's policy when there is no compiler).
+#[test]
+fn header_compiles_as_c_and_cpp() {
+    let have = |c: &str| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("`{c}`: {e}"))
+            .and_then(|o| {
+                o.status
+                    .success()
+                    .then_some(())
+                    .ok_or(format!("`{c}` failed"))
+            })
+            .map_err(|e| format!("{e}; install a C/C++ compiler: apt-get install build-essential"))
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("use.c");
+    std::fs::write(
+        &src,
+        "#include \"onionmix.h\"\n\
+         int main(void) {\n\
+           onionmix_client *c = 0;\n\
+           onionmix_error e = onionmix_client_stop(&c);\n\
+           return e == ONIONMIX_ERROR_OK ? 0 : 1;\n\
+         }\n",
+    )
+    .unwrap();
+    for (compiler, args) in [
+        ("cc", &["-std=c99", "-x", "c"][..]),
+        ("cc", &["-std=c11", "-x", "c"][..]),
+        ("c++", &["-std=c++11", "-x", "c++"][..]),
+    ] {
+        if !onionmix_testsupport::require_or_skip("header_compiles_as_c_and_cpp", have(compiler)) {
+            return;
+        }
+        let o = Command::new(compiler)
+            .args(["-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only"])
+            .args(args)
+            .arg("-I")
+            .arg(dir.join("include"))
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{compiler} {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }
