@@ -1,13 +1,14 @@
 //! Fetch a URL through an embedded onionmix client.
 //!
 //! ```text
-//! cargo run --release -p onionmix-embed --example fetch -- client.toml http://example.com/
+//! cargo run --release -p onionmix-embed --example fetch -- client.toml http://example.com/ [body-out-file]
 //! ```
 //!
 //! Loads the client configuration (the `onionmix client` TOML; its
 //! `data_dir` is the state directory, no SOCKS port is opened), bootstraps,
 //! sends `GET <path>` to `<host>:<port>` over a stream, prints the status
-//! line and the number of bytes received, and shuts down.
+//! line and the number of bytes received, writes the body to
+//! `body-out-file` if given, and shuts down.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,9 +58,10 @@ async fn main() {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(config), Some(url)) = (args.next(), args.next()) else {
-        eprintln!("usage: fetch <client.toml> http://<host>[:<port>]/<path>");
+        eprintln!("usage: fetch <client.toml> http://<host>[:<port>]/<path> [body-out-file]");
         std::process::exit(2);
     };
+    let out = args.next().map(PathBuf::from);
     let (host, port, path) = parse_url(&url)?;
     let cfg = ClientConfig::load(&PathBuf::from(config))?;
 
@@ -105,11 +107,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .map(|l| String::from_utf8_lossy(l).trim_end().to_string())
         .unwrap_or_default();
     println!("{status}");
-    println!(
-        "{} bytes ({} of body)",
-        response.len(),
-        response.len().saturating_sub(head_end + 4)
-    );
+    let body = response.get(head_end + 4..).unwrap_or_default();
+    println!("{} bytes ({} of body)", response.len(), body.len());
+    if let Some(out) = out {
+        std::fs::write(&out, body).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    }
     Ok(())
 }
 

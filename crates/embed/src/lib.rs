@@ -123,6 +123,25 @@ impl OnionmixClient {
     /// [`bootstrap_events`](Self::bootstrap_events)). No SOCKS port is
     /// opened; a control or metrics port only if `cfg` configures one.
     pub async fn launch(cfg: ClientConfig) -> Result<Self, EmbedError> {
+        Self::start(cfg, false).await
+    }
+
+    /// [`launch`](Self::launch), and also open the configuration's SOCKS
+    /// port (`socks_listen`; port 0 takes any free port, see
+    /// [`socks_addr`](Self::socks_addr)), for applications that hand a
+    /// SOCKS proxy to other code (as tor's `SocksPort` does).
+    pub async fn launch_with_socks(cfg: ClientConfig) -> Result<Self, EmbedError> {
+        Self::start(cfg, true).await
+    }
+
+    /// The address the SOCKS port listens on, if the client opened one
+    /// ([`launch_with_socks`](Self::launch_with_socks)).
+    pub fn socks_addr(&self) -> Option<std::net::SocketAddr> {
+        let a = self.client.socks_addr;
+        (a.port() != 0).then_some(a)
+    }
+
+    async fn start(cfg: ClientConfig, socks: bool) -> Result<Self, EmbedError> {
         let stream_timeout = cfg.stream_timeout();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(CLIENT_THREADS)
@@ -132,7 +151,7 @@ impl OnionmixClient {
             .map_err(|e| EmbedError::Setup(format!("cannot start a runtime: {e}")))?;
         let handle = rt.handle().clone();
         let started = handle
-            .spawn(async move { Client::start_with(cfg, false).await })
+            .spawn(async move { Client::start_with(cfg, socks).await })
             .await;
         let client = match started {
             Ok(Ok(c)) => c,
@@ -356,7 +375,8 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, EmbedError::BootstrapTimeout(_)), "{e}");
-        let c = OnionmixClient::launch(cfg).await.unwrap();
+        let c = OnionmixClient::launch(cfg.clone()).await.unwrap();
+        assert!(c.socks_addr().is_none());
         assert!(!c.is_bootstrapped());
         assert!(c.bootstrap_status().progress < 100);
         assert!(matches!(
@@ -369,6 +389,19 @@ mod tests {
             t0.elapsed() < SHUTDOWN_GRACE,
             "shutdown waited out its grace"
         );
+    }
+
+    #[allow(clippy::unwrap_used)]
+    #[tokio::test]
+    async fn socks_port_on_request() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = unreachable_cfg(&tmp.path().join("state"));
+        cfg.socks_listen = "127.0.0.1:0".parse().unwrap();
+        let c = OnionmixClient::launch_with_socks(cfg).await.unwrap();
+        let addr = c.socks_addr().expect("a SOCKS port");
+        assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+        tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.shutdown().await;
     }
 
     #[allow(clippy::unwrap_used)]
