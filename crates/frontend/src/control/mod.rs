@@ -8,6 +8,7 @@ pub mod auth;
 mod commands;
 pub mod events;
 pub mod framing;
+pub mod onion;
 pub mod reply;
 pub mod session;
 pub mod syntax;
@@ -16,6 +17,7 @@ pub mod syntax;
 mod session_tests;
 
 pub use framing::{FrameError, Framer, RawCommand};
+pub use onion::{AddOnion, AddedOnion, HsDescEvent, HsDirName, OnionKey};
 pub use reply::Reply;
 pub use session::{AuthConfig, Backend, CmdError, ConfError, Info, Outcome, Session, Signal};
 

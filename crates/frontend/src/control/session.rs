@@ -10,6 +10,7 @@ use super::auth::{self, COOKIE_LEN, HashedPassword, SERVER_NONCE_LEN};
 use super::commands;
 use super::events::EventMask;
 use super::framing::RawCommand;
+use super::onion::{self, AddOnion, AddedOnion};
 use super::reply::Reply;
 use super::syntax::{self, KvFlags, SyntaxError, decode_hex, positional, quote};
 
@@ -158,6 +159,14 @@ pub trait Backend {
     fn close_circuit(&mut self, circ: &str, if_unused: bool) -> Result<(), CmdError>;
     /// TAKEOWNERSHIP (true) / DROPOWNERSHIP (false) on this connection.
     fn set_owner(&mut self, owning: bool);
+    /// ADD_ONION (arguments checked): start the service, owned by this
+    /// connection unless `req.detach`. Errors as tor: 550 `Onion address
+    /// collision`, 551 `Failed to generate onion address` (unusable key),
+    /// 551 `Failed to add Onion Service`.
+    fn add_onion(&mut self, req: &AddOnion) -> Result<AddedOnion, CmdError>;
+    /// DEL_ONION of a well-formed id: stop a service this connection owns
+    /// or a detached one; else 552 `Unknown Onion Service id`.
+    fn del_onion(&mut self, service_id: &str) -> Result<(), CmdError>;
 }
 
 /// Authentication settings.
@@ -246,8 +255,6 @@ const UNIMPLEMENTED: &[&str] = &[
     "DROPGUARDS",
     "DROPTIMEOUTS",
     "HSFETCH",
-    "ADD_ONION",
-    "DEL_ONION",
     "ONION_CLIENT_AUTH_ADD",
     "ONION_CLIENT_AUTH_REMOVE",
     "ONION_CLIENT_AUTH_VIEW",
@@ -340,6 +347,8 @@ impl Session {
             "ATTACHSTREAM" => commands::attachstream(args, b),
             "CLOSESTREAM" => commands::closestream(args, b),
             "CLOSECIRCUIT" => commands::closecircuit(args, b),
+            "ADD_ONION" => onion::add_onion(args, b),
+            "DEL_ONION" => onion::del_onion(args, b),
             "SETROUTERPURPOSE" => out(Reply::single(511, "SETROUTERPURPOSE is obsolete."), false),
             _ if UNIMPLEMENTED.contains(&kw) => out(
                 Reply::single(511, &format!("Unimplemented command \"{}\"", cmd.keyword)),

@@ -8,6 +8,7 @@ use rand_core::OsRng;
 use super::auth::{self, HashedPassword};
 use super::events::EventMask;
 use super::framing::Framer;
+use super::onion::{AddOnion, AddedOnion};
 use super::session::*;
 
 #[derive(Default)]
@@ -18,6 +19,7 @@ struct Mock {
     owner: bool,
     circuits: Vec<u64>,
     attached: Vec<(String, String)>,
+    onions: Vec<String>,
 }
 
 impl Backend for Mock {
@@ -122,6 +124,28 @@ impl Backend for Mock {
     }
     fn set_owner(&mut self, o: bool) {
         self.owner = o;
+    }
+    fn add_onion(&mut self, req: &AddOnion) -> Result<AddedOnion, CmdError> {
+        let id = crate::addr::encode_onion_v3(
+            &curve25519_dalek::constants::ED25519_BASEPOINT_COMPRESSED.0,
+        );
+        if self.onions.contains(&id) {
+            return Err(CmdError::new(550, "Onion address collision"));
+        }
+        self.onions.push(id.clone());
+        Ok(AddedOnion {
+            service_id: id,
+            generated: matches!(req.key, super::onion::OnionKey::Generate)
+                .then(|| zeroize::Zeroizing::new([1u8; 64])),
+        })
+    }
+    fn del_onion(&mut self, id: &str) -> Result<(), CmdError> {
+        let n = self.onions.len();
+        self.onions.retain(|o| o != id);
+        if self.onions.len() == n {
+            return Err(CmdError::new(552, "Unknown Onion Service id"));
+        }
+        Ok(())
     }
 }
 
@@ -423,4 +447,40 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn add_and_del_onion() {
+    let (mut s, mut m, a) = authed();
+    let id =
+        crate::addr::encode_onion_v3(&curve25519_dalek::constants::ED25519_BASEPOINT_COMPRESSED.0);
+    let (r, close) = run(&mut s, &mut m, &a, "ADD_ONION NEW:BEST Port=80\r\n");
+    assert!(!close);
+    assert_eq!(
+        r,
+        format!(
+            "250-ServiceID={id}\r\n250-PrivateKey=ED25519-V3:{}\r\n250 OK\r\n",
+            "AQEB".repeat(21) + "AQ=="
+        )
+    );
+    let (r, _) = run(&mut s, &mut m, &a, "ADD_ONION NEW:BEST Port=80\r\n");
+    assert_eq!(r, "550 Onion address collision\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, "ADD_ONION NEW:BEST\r\n");
+    assert_eq!(r, "512 Missing 'Port' argument\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, &format!("DEL_ONION {id}\r\n"));
+    assert_eq!(r, "250 OK\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, &format!("DEL_ONION {id}\r\n"));
+    assert_eq!(r, "552 Unknown Onion Service id\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, "DEL_ONION abc\r\n");
+    assert_eq!(r, "512 Malformed Onion Service id\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, "DEL_ONION\r\n");
+    assert_eq!(
+        r,
+        "512 Bad arguments to DEL_ONION: Need at least 1 argument(s)\r\n"
+    );
+    let (r, _) = run(&mut s, &mut m, &a, &format!("DEL_ONION {id} x\r\n"));
+    assert_eq!(
+        r,
+        "512 Bad arguments to DEL_ONION: Cannot accept more than 1 argument(s)\r\n"
+    );
 }
