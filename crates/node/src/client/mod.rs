@@ -172,6 +172,7 @@ impl Client {
             },
             auth,
         );
+        hs.set_control_hub(hub.clone());
         let (ready_tx, ready_rx) = watch::channel(false);
         let ctx = socks::SocksContext {
             circmgr: circmgr.clone(),
@@ -217,6 +218,7 @@ impl Client {
                 dir: dir.clone(),
                 circmgr: circmgr.clone(),
                 ready: ready_rx.clone(),
+                hub: Some(hub.clone()),
             };
             services.push(crate::service::start(ctx, svc.clone()).map_err(ClientError::Setup)?);
         }
@@ -229,6 +231,13 @@ impl Client {
             cfg: cfg.clone(),
             socks: socks_listener,
             shutdown: shutdown.clone(),
+            onion_ctx: Some(crate::service::ServiceCtx {
+                dir: dir.clone(),
+                circmgr: circmgr.clone(),
+                ready: ready_rx.clone(),
+                hub: Some(hub.clone()),
+            }),
+            configured_onions: services.iter().map(|s| s.address.clone()).collect(),
         })
         .await
         .map_err(ClientError::Setup)?;

@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod hub;
+pub mod onions;
 pub mod streams;
 
 #[cfg(test)]
@@ -55,6 +56,8 @@ pub struct ControlContext {
     pub auth: AuthConfig,
     /// Per-attempt circuit build timeout.
     pub build_timeout: Duration,
+    /// Ephemeral onion services (ADD_ONION).
+    pub onions: onions::Onions,
     listeners: Mutex<Vec<String>>,
     owning_pid: Mutex<Option<u32>>,
     shutdown: Arc<Notify>,
@@ -153,6 +156,11 @@ pub struct ControlParts {
     pub socks: Arc<super::socks::SocksListener>,
     /// Set when something asks the client to exit.
     pub shutdown: Arc<Notify>,
+    /// What ADD_ONION starts services with (None: it answers 551).
+    pub onion_ctx: Option<crate::service::ServiceCtx>,
+    /// Addresses of the services the config starts (ADD_ONION refuses
+    /// them with 550).
+    pub configured_onions: Vec<String>,
 }
 
 /// Bind the control listeners the config asks for and start serving; also
@@ -174,6 +182,7 @@ pub async fn start(p: ControlParts) -> Result<Option<SocketAddr>, String> {
         cfg: cfg.clone(),
         socks: p.socks,
         auth,
+        onions: onions::Onions::new(p.onion_ctx, &p.configured_onions),
         listeners: Mutex::new(Vec::new()),
         owning_pid: Mutex::new(cfg.owning_controller_process),
         shutdown: p.shutdown,
@@ -297,6 +306,8 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin + Send>(sock: S, ctx: Arc<
     let why = run_conn(sock, &ctx, &mut backend, &mut events).await;
     debug!("control connection closed: {why}");
     ctx.hub.unsubscribe(sub_id);
+    // Its ephemeral onion services (not the detached ones) go with it.
+    ctx.onions.connection_closed(sub_id);
     if owning.load(Ordering::Relaxed) {
         info!("the owning controller's connection closed; shutting down");
         ctx.request_shutdown();

@@ -17,6 +17,7 @@
 //! Circuits built here are never pooled with the exit circuits and never
 //! carry anything else.
 
+mod events;
 pub mod net;
 pub mod socks;
 
@@ -147,6 +148,8 @@ struct Inner {
     joined: Mutex<HashMap<RendKey, Arc<Circuit>>>,
     locks: Mutex<HashMap<RendKey, Arc<tokio::sync::Mutex<()>>>>,
     stats: HsStats,
+    /// Where HS_DESC events of descriptor fetches go.
+    hub: std::sync::OnceLock<Arc<crate::client::control::hub::ControlHub>>,
 }
 
 /// The onion-service client.
@@ -233,8 +236,15 @@ impl HsClient {
                 joined: Mutex::new(HashMap::new()),
                 locks: Mutex::new(HashMap::new()),
                 stats: HsStats::default(),
+                hub: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Report descriptor fetches to the control port (`HS_DESC`); the
+    /// first hub set stays.
+    pub fn set_control_hub(&self, hub: Arc<crate::client::control::hub::ControlHub>) {
+        let _ = self.inner.hub.set(hub);
     }
 
     /// Counters.
@@ -406,7 +416,9 @@ impl HsClient {
         period: u64,
     ) -> Result<(), HsClientError> {
         let hsdirs = net.responsible(RingKind::Fetch, blinded, period);
+        let ev = events::FetchEvents::new(self.inner.hub.get().map(|h| &**h), addr, blinded, net);
         if hsdirs.is_empty() {
+            ev.failed(None, "QUERY_NO_HSDIR");
             return Err(HsClientError::DescriptorNotFound);
         }
         let mut round = self.fetch_round(&hsdirs, blinded).await;
@@ -418,6 +430,7 @@ impl HsClient {
                 continue;
             };
             lock(&self.inner.hsdir_reqs).note(blinded, &hsdir.rsa_id, crate::clock::now_unix());
+            ev.requested(hsdir);
             let resp = hsdir_request(
                 &self.inner.dir,
                 &self.inner.circmgr,
@@ -430,11 +443,15 @@ impl HsClient {
                 Ok((200, body)) => body,
                 Ok((status, _)) => {
                     debug!("HSDir {} answered {status}", hsdir.nickname);
+                    ev.failed(Some(hsdir), events::status_reason(status));
                     round.failed(FetchFailure::NotFound);
                     continue;
                 }
                 Err(e) => {
                     debug!("HSDir {} unreachable: {e}", hsdir.nickname);
+                    // tor reports nothing here; UNEXPECTED tells a
+                    // controller the request ended.
+                    ev.failed(Some(hsdir), "UNEXPECTED");
                     round.failed(FetchFailure::Unreachable);
                     continue;
                 }
@@ -442,6 +459,7 @@ impl HsClient {
             let now = crate::clock::now_unix();
             match decode(&body, blinded, subcred, auth, now) {
                 Ok((content, lifetime_s)) => {
+                    ev.received(hsdir, &body);
                     let desc = CachedDesc {
                         content,
                         period,
@@ -453,11 +471,14 @@ impl HsClient {
                     return Ok(());
                 }
                 Err(e @ (DescError::MissingClientAuth | DescError::WrongClientAuth)) => {
+                    // tor stores such a descriptor and reports RECEIVED.
+                    ev.received(hsdir, &body);
                     lock(&self.inner.hsdir_reqs).purge(blinded);
                     return Err(e.into());
                 }
                 Err(e) => {
                     debug!("descriptor from HSDir {} unusable: {e}", hsdir.nickname);
+                    ev.failed(Some(hsdir), "BAD_DESC");
                     round.failed(FetchFailure::Invalid(e));
                 }
             }
