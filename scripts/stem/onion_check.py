@@ -17,6 +17,8 @@ removal answers 552), and that new connections fail once it is removed.
 """
 
 import argparse
+import base64
+import os
 import hashlib
 import json
 import queue
@@ -280,6 +282,27 @@ def main():
         r["no_key_when_given"] = again.private_key is None
         r["collision"] = raw(c, "ADD_ONION %s:%s Port=80" % (resp.private_key_type, resp.private_key))
         c.remove_ephemeral_hidden_service(sid)
+
+        # Client authorization: the descriptor is published, the reply
+        # echoes the key, and a client without the key cannot connect.
+        client_key = base64.b32encode(os.urandom(32)).decode().rstrip("=")
+        try:
+            v = c.create_ephemeral_hidden_service(
+                {80: a.sink}, discard_key=True, client_auth_v3=client_key,
+                await_publication=True, timeout=a.publish_timeout,
+            )
+            r["v3auth_published"] = True
+            r["v3auth_reply"] = str(v).replace(v.service_id, "<id>").replace(client_key, "<key>")
+            if a.fetch_socks:
+                code, _, body = socks_get(
+                    hostport(a.fetch_socks[0]), v.service_id + ".onion", 80, "/bytes/10",
+                    user="noauth", timeout=150,
+                )
+                r["v3auth_refused_without_key"] = code != 0 and not body
+            c.remove_ephemeral_hidden_service(v.service_id)
+        except Exception as e:  # noqa: BLE001
+            r["v3auth_published"] = False
+            r["v3auth_error"] = repr(e)
 
         # DiscardPK and Detach; several ports.
         d = c.create_ephemeral_hidden_service(

@@ -139,6 +139,8 @@ const TRUE: &[&str] = &[
     "unlisted_after_removal",
     "unreachable_after_removal",
     "same_id_from_key",
+    "v3auth_published",
+    "v3auth_refused_without_key",
     "no_key_when_given",
     "discard_pk_has_no_key",
     "detached_listed",

@@ -55,8 +55,10 @@ pub struct Client {
     pub flow: Arc<ChanMgr>,
     /// The onion-service client.
     pub hs: hs::HsClient,
-    /// The onion services this process hosts.
+    /// The onion services this process hosts (from the config).
     pub services: Vec<crate::service::ServiceHandle>,
+    /// Ephemeral onion services added on the control port.
+    pub onions: Arc<control::onions::Onions>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -222,6 +224,18 @@ impl Client {
             };
             services.push(crate::service::start(ctx, svc.clone()).map_err(ClientError::Setup)?);
         }
+        let onions = Arc::new(control::onions::Onions::new(
+            Some(crate::service::ServiceCtx {
+                dir: dir.clone(),
+                circmgr: circmgr.clone(),
+                ready: ready_rx.clone(),
+                hub: Some(hub.clone()),
+            }),
+            &services
+                .iter()
+                .map(|s| s.address.clone())
+                .collect::<Vec<_>>(),
+        ));
         let shutdown = Arc::new(Notify::new());
         let control_addr = control::start(control::ControlParts {
             hub: hub.clone(),
@@ -231,13 +245,7 @@ impl Client {
             cfg: cfg.clone(),
             socks: socks_listener,
             shutdown: shutdown.clone(),
-            onion_ctx: Some(crate::service::ServiceCtx {
-                dir: dir.clone(),
-                circmgr: circmgr.clone(),
-                ready: ready_rx.clone(),
-                hub: Some(hub.clone()),
-            }),
-            configured_onions: services.iter().map(|s| s.address.clone()).collect(),
+            onions: onions.clone(),
         })
         .await
         .map_err(ClientError::Setup)?;
@@ -260,6 +268,7 @@ impl Client {
             flow,
             hs,
             services,
+            onions,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -302,6 +311,7 @@ impl Client {
             "flow_control": flow_json(self.flow.flow_stats()),
             "onion_client": self.hs.stats().to_json(),
             "onion_services": self.services.iter().map(|s| s.status()).collect::<Vec<_>>(),
+            "ephemeral_onion_services": self.onions.handles().iter().map(|s| s.status()).collect::<Vec<_>>(),
         })
     }
 

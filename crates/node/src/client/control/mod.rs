@@ -57,7 +57,7 @@ pub struct ControlContext {
     /// Per-attempt circuit build timeout.
     pub build_timeout: Duration,
     /// Ephemeral onion services (ADD_ONION).
-    pub onions: onions::Onions,
+    pub onions: Arc<onions::Onions>,
     listeners: Mutex<Vec<String>>,
     owning_pid: Mutex<Option<u32>>,
     shutdown: Arc<Notify>,
@@ -156,11 +156,8 @@ pub struct ControlParts {
     pub socks: Arc<super::socks::SocksListener>,
     /// Set when something asks the client to exit.
     pub shutdown: Arc<Notify>,
-    /// What ADD_ONION starts services with (None: it answers 551).
-    pub onion_ctx: Option<crate::service::ServiceCtx>,
-    /// Addresses of the services the config starts (ADD_ONION refuses
-    /// them with 550).
-    pub configured_onions: Vec<String>,
+    /// The ephemeral onion services ADD_ONION starts.
+    pub onions: Arc<onions::Onions>,
 }
 
 /// Bind the control listeners the config asks for and start serving; also
@@ -182,7 +179,7 @@ pub async fn start(p: ControlParts) -> Result<Option<SocketAddr>, String> {
         cfg: cfg.clone(),
         socks: p.socks,
         auth,
-        onions: onions::Onions::new(p.onion_ctx, &p.configured_onions),
+        onions: p.onions,
         listeners: Mutex::new(Vec::new()),
         owning_pid: Mutex::new(cfg.owning_controller_process),
         shutdown: p.shutdown,
