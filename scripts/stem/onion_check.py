@@ -70,6 +70,33 @@ ERRORS = {
 }
 
 
+def x25519_base(secret):
+    """X25519(secret, 9) (RFC 7748), for a client-authorization key pair."""
+    p = 2 ** 255 - 19
+    k = bytearray(secret)
+    k[0] &= 248
+    k[31] &= 127
+    k[31] |= 64
+    n = int.from_bytes(bytes(k), "little")
+    x1, x2, z2, x3, z3, swap = 9, 1, 0, 9, 1, 0
+    for t in reversed(range(255)):
+        bit = (n >> t) & 1
+        swap ^= bit
+        if swap:
+            x2, x3, z2, z3 = x3, x2, z3, z2
+        swap = bit
+        a, b = x2 + z2, x2 - z2
+        aa, bb = a * a % p, b * b % p
+        e = (aa - bb) % p
+        c, d = x3 + z3, x3 - z3
+        da, cb = d * a % p, c * b % p
+        x3, z3 = (da + cb) ** 2 % p, x1 * (da - cb) ** 2 % p
+        x2, z2 = aa * bb % p, e * (aa + 121665 * e) % p
+    if swap:
+        x2, z2 = x3, z3
+    return (x2 * pow(z2, p - 2, p) % p).to_bytes(32, "little")
+
+
 def socks_get(socks, host, port, path, user=None, timeout=120.0):
     """HTTP GET through SOCKS5 by name; (reply code, headers, body)."""
     s = socket.create_connection(socks, timeout=timeout)
@@ -161,6 +188,7 @@ def main():
     ap.add_argument("--sink", required=True, help="host:port of the sink's HTTP server")
     ap.add_argument("--fetch-socks", action="append", default=[], help="host:port (repeatable)")
     ap.add_argument("--fetch-control", help="host:port of a fetching client's control port")
+    ap.add_argument("--fetch-control-socks", help="that client's SOCKS host:port")
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--publish-timeout", type=float, default=300)
     a = ap.parse_args()
@@ -285,7 +313,9 @@ def main():
 
         # Client authorization: the descriptor is published, the reply
         # echoes the key, and a client without the key cannot connect.
-        client_key = base64.b32encode(os.urandom(32)).decode().rstrip("=")
+        secret = os.urandom(32)
+        client_key = base64.b32encode(x25519_base(secret)).decode().rstrip("=")
+        secret_b64 = base64.b64encode(secret).decode()
         try:
             v = c.create_ephemeral_hidden_service(
                 {80: a.sink}, discard_key=True, client_auth_v3=client_key,
@@ -293,13 +323,39 @@ def main():
             )
             r["v3auth_published"] = True
             r["v3auth_reply"] = str(v).replace(v.service_id, "<id>").replace(client_key, "<key>")
-            if a.fetch_socks:
+            vid = v.service_id
+            if a.fetch_control and a.fetch_control_socks:
+                # The watched client gets the key before it ever fetches
+                # (tor answers 252 instead of 250 when it holds an
+                # undecryptable descriptor already).
+                fh, fp = hostport(a.fetch_control)
+                with Controller.from_port(address=fh, port=fp) as ac:
+                    ac.authenticate(password=a.password)
+                    hide = lambda t: t.replace(vid, "<id>").replace(secret_b64, "<key>")
+                    r["auth_add"] = hide(raw(ac, "ONION_CLIENT_AUTH_ADD %s x25519:%s ClientName=bob" % (vid, secret_b64)))
+                    r["auth_add_again"] = hide(raw(ac, "ONION_CLIENT_AUTH_ADD %s x25519:%s" % (vid, secret_b64)))
+                    r["auth_add_permanent"] = hide(raw(ac, "ONION_CLIENT_AUTH_ADD %s x25519:%s Flags=Permanent" % (vid, secret_b64)))
+                    r["auth_view"] = hide(raw(ac, "ONION_CLIENT_AUTH_VIEW %s" % vid))
+                    r["auth_view_bad"] = raw(ac, "ONION_CLIENT_AUTH_VIEW abc")
+                    r["auth_add_zero"] = raw(ac, "ONION_CLIENT_AUTH_ADD %s x25519:%s" % (UNKNOWN_ID, base64.b64encode(bytes(32)).decode()))
+                    r["auth_add_bad_type"] = raw(ac, "ONION_CLIENT_AUTH_ADD %s x448:%s" % (UNKNOWN_ID, secret_b64))
+                    ok, attempts, err = verified_download(
+                        hostport(a.fetch_control_socks), vid + ".onion", 100000, time.time() + 240
+                    )
+                    r["v3auth_download_with_key"] = ok
+                    if not ok:
+                        r["v3auth_download_error"] = err
+                    r["auth_remove"] = raw(ac, "ONION_CLIENT_AUTH_REMOVE %s" % vid)
+                    r["auth_remove_again"] = hide(raw(ac, "ONION_CLIENT_AUTH_REMOVE %s" % vid))
+                    r["auth_view_after_remove"] = hide(raw(ac, "ONION_CLIENT_AUTH_VIEW %s" % vid))
+            others = [f for f in a.fetch_socks if f != a.fetch_control_socks]
+            if others:
                 code, _, body = socks_get(
-                    hostport(a.fetch_socks[0]), v.service_id + ".onion", 80, "/bytes/10",
+                    hostport(others[0]), vid + ".onion", 80, "/bytes/10",
                     user="noauth", timeout=150,
                 )
                 r["v3auth_refused_without_key"] = code != 0 and not body
-            c.remove_ephemeral_hidden_service(v.service_id)
+            c.remove_ephemeral_hidden_service(vid)
         except Exception as e:  # noqa: BLE001
             r["v3auth_published"] = False
             r["v3auth_error"] = repr(e)

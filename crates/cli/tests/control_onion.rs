@@ -8,7 +8,11 @@
 //! fetched (1 MiB, SHA-256 verified) through the other implementation's
 //! client and a second onionmix client; the key ADD_ONION returns gives
 //! the same address again, and our key derivation gives stock tor's
-//! address from stock tor's key.
+//! address from stock tor's key. A `V3Auth` service is refused to a
+//! client without the key and reached by the other implementation's
+//! client once ONION_CLIENT_AUTH_ADD gave it the key; a fetching client's
+//! `HSDIR_INDEX` equals the one the other implementation's service
+//! uploaded with.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
@@ -89,7 +93,8 @@ fn onion_report(
         .find(|f| f.implementation != host.implementation)
         .or(fetchers.first())
     {
-        cmd.args(["--fetch-control", &addr(f, f.control_port)]);
+        cmd.args(["--fetch-control", &addr(f, f.control_port)])
+            .args(["--fetch-control-socks", &addr(f, f.socks_port)]);
     }
     let child = cmd
         .stdout(std::process::Stdio::piped())
@@ -141,6 +146,7 @@ const TRUE: &[&str] = &[
     "same_id_from_key",
     "v3auth_published",
     "v3auth_refused_without_key",
+    "v3auth_download_with_key",
     "no_key_when_given",
     "discard_pk_has_no_key",
     "detached_listed",

@@ -5,6 +5,7 @@
 //! [`session::Backend`] implemented in `onionmix-node`.
 
 pub mod auth;
+pub mod client_auth;
 mod commands;
 pub mod events;
 pub mod framing;
@@ -16,6 +17,7 @@ pub mod syntax;
 #[cfg(test)]
 mod session_tests;
 
+pub use client_auth::{AuthAdded, ClientAuthCred};
 pub use framing::{FrameError, Framer, RawCommand};
 pub use onion::{AddOnion, AddedOnion, HsDescEvent, HsDirName, OnionKey};
 pub use reply::Reply;

@@ -246,6 +246,7 @@ impl Client {
             socks: socks_listener,
             shutdown: shutdown.clone(),
             onions: onions.clone(),
+            hs: Some(hs.clone()),
         })
         .await
         .map_err(ClientError::Setup)?;

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use onionmix_frontend::control::events::{EventMask, long_name};
 use onionmix_frontend::control::syntax::quote;
 use onionmix_frontend::control::{
-    AddOnion, AddedOnion, Backend, CmdError, ConfError, Info, Signal,
+    AddOnion, AddedOnion, AuthAdded, Backend, ClientAuthCred, CmdError, ConfError, Info, Signal,
 };
 use onionmix_netdoc::{NetDir, RelayId};
 
@@ -788,6 +788,18 @@ impl Backend for ClientBackend {
 
     fn del_onion(&mut self, service_id: &str) -> Result<(), CmdError> {
         self.del_onion_impl(service_id)
+    }
+
+    fn client_auth_add(&mut self, cred: ClientAuthCred) -> Result<AuthAdded, CmdError> {
+        self.client_auth_add_impl(cred)
+    }
+
+    fn client_auth_remove(&mut self, address: &str) -> Result<bool, CmdError> {
+        self.client_auth_remove_impl(address)
+    }
+
+    fn client_auth_view(&mut self) -> Vec<ClientAuthCred> {
+        self.client_auth_view_impl()
     }
 
     fn set_owner(&mut self, owning: bool) {

@@ -5,6 +5,7 @@
 //! is gathered in `hub` without slowing its data path.
 
 pub mod backend;
+mod client_auth;
 pub mod hub;
 pub mod onions;
 pub mod streams;
@@ -58,6 +59,8 @@ pub struct ControlContext {
     pub build_timeout: Duration,
     /// Ephemeral onion services (ADD_ONION).
     pub onions: Arc<onions::Onions>,
+    /// The onion-service client (ONION_CLIENT_AUTH_*).
+    pub hs: Option<super::hs::HsClient>,
     listeners: Mutex<Vec<String>>,
     owning_pid: Mutex<Option<u32>>,
     shutdown: Arc<Notify>,
@@ -158,6 +161,8 @@ pub struct ControlParts {
     pub shutdown: Arc<Notify>,
     /// The ephemeral onion services ADD_ONION starts.
     pub onions: Arc<onions::Onions>,
+    /// The onion-service client (ONION_CLIENT_AUTH_*).
+    pub hs: Option<super::hs::HsClient>,
 }
 
 /// Bind the control listeners the config asks for and start serving; also
@@ -180,6 +185,7 @@ pub async fn start(p: ControlParts) -> Result<Option<SocketAddr>, String> {
         socks: p.socks,
         auth,
         onions: p.onions,
+        hs: p.hs,
         listeners: Mutex::new(Vec::new()),
         owning_pid: Mutex::new(cfg.owning_controller_process),
         shutdown: p.shutdown,

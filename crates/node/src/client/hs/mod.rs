@@ -141,7 +141,9 @@ struct Inner {
     dir: Arc<DirMgr>,
     circmgr: CircMgr,
     cfg: HsClientConfig,
-    auth: HashMap<[u8; 32], [u8; 32]>,
+    /// Client-authorization keys by service identity key (from
+    /// `client_onion_auth_dir`, and ONION_CLIENT_AUTH_ADD).
+    auth: Mutex<HashMap<[u8; 32], ClientAuthKey>>,
     descs: Mutex<DescCache>,
     intro_state: Mutex<IntroStateCache>,
     hsdir_reqs: Mutex<HsDirRequests>,
@@ -150,6 +152,17 @@ struct Inner {
     stats: HsStats,
     /// Where HS_DESC events of descriptor fetches go.
     hub: std::sync::OnceLock<Arc<crate::client::control::hub::ControlHub>>,
+}
+
+/// A client-authorization key the client holds for one service.
+#[derive(Clone)]
+pub struct ClientAuthKey {
+    /// The x25519 secret.
+    pub secret: zeroize::Zeroizing<[u8; 32]>,
+    /// From the auth directory or stored there (`Flags=Permanent`).
+    pub permanent: bool,
+    /// ONION_CLIENT_AUTH_ADD's `ClientName`.
+    pub name: Option<String>,
 }
 
 /// The onion-service client.
@@ -229,7 +242,20 @@ impl HsClient {
                 dir,
                 circmgr,
                 cfg,
-                auth,
+                auth: Mutex::new(
+                    auth.into_iter()
+                        .map(|(k, secret)| {
+                            (
+                                k,
+                                ClientAuthKey {
+                                    secret: zeroize::Zeroizing::new(secret),
+                                    permanent: true,
+                                    name: None,
+                                },
+                            )
+                        })
+                        .collect(),
+                ),
                 descs: Mutex::new(DescCache::new()),
                 intro_state: Mutex::new(IntroStateCache::new()),
                 hsdir_reqs: Mutex::new(HsDirRequests::new(requery)),
@@ -245,6 +271,30 @@ impl HsClient {
     /// first hub set stays.
     pub fn set_control_hub(&self, hub: Arc<crate::client::control::hub::ControlHub>) {
         let _ = self.inner.hub.set(hub);
+    }
+
+    /// Use `key` for the service with identity key `service` from now on
+    /// (ONION_CLIENT_AUTH_ADD); whether it replaced a key, or None when the
+    /// table is full.
+    pub fn add_client_auth(&self, service: [u8; 32], key: ClientAuthKey) -> Option<bool> {
+        let mut m = lock(&self.inner.auth);
+        if !m.contains_key(&service) && m.len() >= MAX_AUTH_KEYS {
+            return None;
+        }
+        Some(m.insert(service, key).is_some())
+    }
+
+    /// Forget the key of `service`; the key it had.
+    pub fn remove_client_auth(&self, service: &[u8; 32]) -> Option<ClientAuthKey> {
+        lock(&self.inner.auth).remove(service)
+    }
+
+    /// Every client-authorization key held, by service identity key.
+    pub fn client_auth_keys(&self) -> Vec<([u8; 32], ClientAuthKey)> {
+        lock(&self.inner.auth)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
     }
 
     /// Counters.
@@ -424,7 +474,10 @@ impl HsClient {
         let mut round = self.fetch_round(&hsdirs, blinded).await;
         let path = onionmix_hs::desc::cache::fetch_path(blinded);
         let request = format!("GET {path} HTTP/1.0\r\n\r\n").into_bytes();
-        let auth = self.inner.auth.get(addr.key());
+        let auth = lock(&self.inner.auth)
+            .get(addr.key())
+            .map(|k| zeroize::Zeroizing::new(*k.secret));
+        let auth = auth.as_deref();
         while let Some(i) = round.next_hsdir() {
             let Some(hsdir) = hsdirs.get(i) else {
                 continue;
