@@ -114,7 +114,8 @@ pub struct ServiceHandle {
 impl ServiceHandle {
     /// Stop the service: its introduction circuits are closed and its
     /// descriptors no longer uploaded. Rendezvous circuits already joined
-    /// carry their streams to the end, as in tor (`DEL_ONION`).
+    /// carry their streams to the end, as in tor (`DEL_ONION`). A service
+    /// also stops once every clone of its handle is gone.
     pub fn stop(&self) {
         self.stop.send_replace(true);
     }
