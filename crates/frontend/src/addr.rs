@@ -170,6 +170,33 @@ fn base32_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Decode a 52-character base32 x25519 key (the key part of tor's
+/// `descriptor:x25519:<key>` client-authorization lines; either case).
+pub fn decode_x25519_base32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 52 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    let mut n = 0usize;
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = match c {
+            b'a'..=b'z' => c - b'a',
+            b'A'..=b'Z' => c - b'A',
+            b'2'..=b'7' => c - b'2' + 26,
+            _ => return None,
+        };
+        acc = ((acc << 5) | u32::from(v)) & 0xFFFF;
+        bits += 5;
+        if bits >= 8 {
+            bits -= 8;
+            *out.get_mut(n)? = (acc >> bits) as u8;
+            n += 1;
+        }
+    }
+    (n == 32).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

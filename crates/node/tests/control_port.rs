@@ -518,3 +518,96 @@ async fn setconf_socksport_moves_the_listener() {
     );
     assert!(socks_answers_at(old).await);
 }
+
+/// Ephemeral services and client-authorization keys over a real control
+/// connection, before any bootstrap: ADD_ONION answers at once (the
+/// service waits for the network), belongs to its connection (gone when
+/// it closes, unless Detach), and `Flags=Permanent` credentials go to
+/// `client_onion_auth_dir` as tor names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_onions_and_client_auth_without_network() {
+    let auth_dir = tempfile::tempdir().unwrap();
+    let f = start(&format!(
+        "client_onion_auth_dir = {:?}",
+        auth_dir.path().display().to_string()
+    ))
+    .await;
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    let r = c.cmd("ADD_ONION NEW:BEST Port=80").await;
+    let id = r
+        .strip_prefix("250-ServiceID=")
+        .and_then(|x| x.split("\r\n").next())
+        .unwrap()
+        .to_string();
+    assert_eq!(id.len(), 56);
+    assert!(r.contains("\r\n250-PrivateKey=ED25519-V3:"), "{r}");
+    assert!(r.ends_with("\r\n250 OK\r\n"), "{r}");
+    let d = c
+        .cmd("ADD_ONION NEW:BEST Flags=Detach,DiscardPK Port=81,127.0.0.1:8081")
+        .await;
+    let did = d
+        .strip_prefix("250-ServiceID=")
+        .and_then(|x| x.split("\r\n").next())
+        .unwrap()
+        .to_string();
+    assert_eq!(d, format!("250-ServiceID={did}\r\n250 OK\r\n"));
+    assert_eq!(
+        c.cmd("GETINFO onions/current onions/detached").await,
+        format!("250-onions/current={id}\r\n250-onions/detached={did}\r\n250 OK\r\n")
+    );
+    assert_eq!(f.client.onions.len(), 2);
+    // Another connection sees neither as its own and cannot remove the
+    // first; closing the first connection removes its service only.
+    let mut other = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(
+        other.cmd(&format!("DEL_ONION {id}")).await,
+        "552 Unknown Onion Service id\r\n"
+    );
+    drop(c);
+    onionmix_testsupport::wait_for(
+        "the closed connection's service to go",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || (f.client.onions.len() == 1).then_some(()),
+    );
+    assert_eq!(
+        other.cmd("GETINFO onions/detached").await,
+        format!("250-onions/detached={did}\r\n250 OK\r\n")
+    );
+    assert_eq!(other.cmd(&format!("DEL_ONION {did}")).await, "250 OK\r\n");
+    assert!(f.client.onions.is_empty());
+
+    // Client authorization, stored for good with Flags=Permanent.
+    let secret = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [7u8; 32]);
+    assert_eq!(
+        other
+            .cmd(&format!(
+                "ONION_CLIENT_AUTH_ADD {id} x25519:{secret} Flags=Permanent ClientName=alice"
+            ))
+            .await,
+        "250 OK\r\n"
+    );
+    let file = auth_dir.path().join(format!("{id}.auth_private"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.starts_with(&format!("{id}:descriptor:x25519:")),
+        "{text}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    assert_eq!(
+        other.cmd("ONION_CLIENT_AUTH_VIEW").await,
+        format!(
+            "250-ONION_CLIENT_AUTH_VIEW\r\n250-CLIENT {id} x25519:{secret} Flags=Permanent ClientName=alice\r\n250 OK\r\n"
+        )
+    );
+    assert_eq!(
+        other.cmd(&format!("ONION_CLIENT_AUTH_REMOVE {id}")).await,
+        "250 OK\r\n"
+    );
+    assert!(!file.exists());
+}

@@ -5,9 +5,11 @@
 //! [`session::Backend`] implemented in `onionmix-node`.
 
 pub mod auth;
+pub mod client_auth;
 mod commands;
 pub mod events;
 pub mod framing;
+pub mod onion;
 pub mod reply;
 pub mod session;
 pub mod syntax;
@@ -15,7 +17,9 @@ pub mod syntax;
 #[cfg(test)]
 mod session_tests;
 
+pub use client_auth::{AuthAdded, ClientAuthCred};
 pub use framing::{FrameError, Framer, RawCommand};
+pub use onion::{AddOnion, AddedOnion, HsDescEvent, HsDirName, OnionKey};
 pub use reply::Reply;
 pub use session::{AuthConfig, Backend, CmdError, ConfError, Info, Outcome, Session, Signal};
 

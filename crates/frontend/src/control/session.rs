@@ -7,9 +7,11 @@
 use rand_core::RngCore;
 
 use super::auth::{self, COOKIE_LEN, HashedPassword, SERVER_NONCE_LEN};
+use super::client_auth::{self, AuthAdded, ClientAuthCred};
 use super::commands;
 use super::events::EventMask;
 use super::framing::RawCommand;
+use super::onion::{self, AddOnion, AddedOnion};
 use super::reply::Reply;
 use super::syntax::{self, KvFlags, SyntaxError, decode_hex, positional, quote};
 
@@ -158,6 +160,23 @@ pub trait Backend {
     fn close_circuit(&mut self, circ: &str, if_unused: bool) -> Result<(), CmdError>;
     /// TAKEOWNERSHIP (true) / DROPOWNERSHIP (false) on this connection.
     fn set_owner(&mut self, owning: bool);
+    /// ADD_ONION (arguments checked): start the service, owned by this
+    /// connection unless `req.detach`. Errors as tor: 550 `Onion address
+    /// collision`, 551 `Failed to generate onion address` (unusable key),
+    /// 551 `Failed to add Onion Service`.
+    fn add_onion(&mut self, req: &AddOnion) -> Result<AddedOnion, CmdError>;
+    /// DEL_ONION of a well-formed id: stop a service this connection owns
+    /// or a detached one; else 552 `Unknown Onion Service id`.
+    fn del_onion(&mut self, service_id: &str) -> Result<(), CmdError>;
+    /// ONION_CLIENT_AUTH_ADD (arguments checked): use `cred` for its
+    /// service from now on (553 `Unable to store creds for "<addr>"` when
+    /// a permanent one cannot be stored).
+    fn client_auth_add(&mut self, cred: ClientAuthCred) -> Result<AuthAdded, CmdError>;
+    /// ONION_CLIENT_AUTH_REMOVE of a well-formed address: whether there
+    /// were credentials.
+    fn client_auth_remove(&mut self, address: &str) -> Result<bool, CmdError>;
+    /// ONION_CLIENT_AUTH_VIEW: every credential the client holds.
+    fn client_auth_view(&mut self) -> Vec<ClientAuthCred>;
 }
 
 /// Authentication settings.
@@ -246,11 +265,6 @@ const UNIMPLEMENTED: &[&str] = &[
     "DROPGUARDS",
     "DROPTIMEOUTS",
     "HSFETCH",
-    "ADD_ONION",
-    "DEL_ONION",
-    "ONION_CLIENT_AUTH_ADD",
-    "ONION_CLIENT_AUTH_REMOVE",
-    "ONION_CLIENT_AUTH_VIEW",
     "+LOADCONF",
     "+POSTDESCRIPTOR",
     "+HSPOST",
@@ -340,6 +354,11 @@ impl Session {
             "ATTACHSTREAM" => commands::attachstream(args, b),
             "CLOSESTREAM" => commands::closestream(args, b),
             "CLOSECIRCUIT" => commands::closecircuit(args, b),
+            "ADD_ONION" => onion::add_onion(args, b),
+            "DEL_ONION" => onion::del_onion(args, b),
+            "ONION_CLIENT_AUTH_ADD" => client_auth::add(args, b),
+            "ONION_CLIENT_AUTH_REMOVE" => client_auth::remove(args, b),
+            "ONION_CLIENT_AUTH_VIEW" => client_auth::view(args, b),
             "SETROUTERPURPOSE" => out(Reply::single(511, "SETROUTERPURPOSE is obsolete."), false),
             _ if UNIMPLEMENTED.contains(&kw) => out(
                 Reply::single(511, &format!("Unimplemented command \"{}\"", cmd.keyword)),

@@ -8,6 +8,7 @@ use rand_core::OsRng;
 use super::auth::{self, HashedPassword};
 use super::events::EventMask;
 use super::framing::Framer;
+use super::onion::{AddOnion, AddedOnion};
 use super::session::*;
 
 #[derive(Default)]
@@ -18,6 +19,8 @@ struct Mock {
     owner: bool,
     circuits: Vec<u64>,
     attached: Vec<(String, String)>,
+    onions: Vec<String>,
+    creds: Vec<super::client_auth::ClientAuthCred>,
 }
 
 impl Backend for Mock {
@@ -122,6 +125,56 @@ impl Backend for Mock {
     }
     fn set_owner(&mut self, o: bool) {
         self.owner = o;
+    }
+    fn add_onion(&mut self, req: &AddOnion) -> Result<AddedOnion, CmdError> {
+        let id = crate::addr::encode_onion_v3(
+            &curve25519_dalek::constants::ED25519_BASEPOINT_COMPRESSED.0,
+        );
+        if self.onions.contains(&id) {
+            return Err(CmdError::new(550, "Onion address collision"));
+        }
+        self.onions.push(id.clone());
+        Ok(AddedOnion {
+            service_id: id,
+            generated: matches!(req.key, super::onion::OnionKey::Generate)
+                .then(|| zeroize::Zeroizing::new([1u8; 64])),
+        })
+    }
+    fn client_auth_add(
+        &mut self,
+        cred: super::client_auth::ClientAuthCred,
+    ) -> Result<super::client_auth::AuthAdded, CmdError> {
+        if cred.permanent {
+            return Err(CmdError::new(
+                553,
+                format!("Unable to store creds for \"{}\"", cred.address),
+            ));
+        }
+        let n = self.creds.len();
+        self.creds.retain(|c| c.address != cred.address);
+        let replaced = self.creds.len() != n;
+        self.creds.push(cred);
+        Ok(if replaced {
+            super::client_auth::AuthAdded::Replaced
+        } else {
+            super::client_auth::AuthAdded::Added
+        })
+    }
+    fn client_auth_remove(&mut self, address: &str) -> Result<bool, CmdError> {
+        let n = self.creds.len();
+        self.creds.retain(|c| c.address != address);
+        Ok(self.creds.len() != n)
+    }
+    fn client_auth_view(&mut self) -> Vec<super::client_auth::ClientAuthCred> {
+        self.creds.clone()
+    }
+    fn del_onion(&mut self, id: &str) -> Result<(), CmdError> {
+        let n = self.onions.len();
+        self.onions.retain(|o| o != id);
+        if self.onions.len() == n {
+            return Err(CmdError::new(552, "Unknown Onion Service id"));
+        }
+        Ok(())
     }
 }
 
@@ -423,4 +476,132 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn add_and_del_onion() {
+    let (mut s, mut m, a) = authed();
+    let id =
+        crate::addr::encode_onion_v3(&curve25519_dalek::constants::ED25519_BASEPOINT_COMPRESSED.0);
+    let (r, close) = run(&mut s, &mut m, &a, "ADD_ONION NEW:BEST Port=80\r\n");
+    assert!(!close);
+    assert_eq!(
+        r,
+        format!(
+            "250-ServiceID={id}\r\n250-PrivateKey=ED25519-V3:{}\r\n250 OK\r\n",
+            "AQEB".repeat(21) + "AQ=="
+        )
+    );
+    let (r, _) = run(&mut s, &mut m, &a, "ADD_ONION NEW:BEST Port=80\r\n");
+    assert_eq!(r, "550 Onion address collision\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, "ADD_ONION NEW:BEST\r\n");
+    assert_eq!(r, "512 Missing 'Port' argument\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, &format!("DEL_ONION {id}\r\n"));
+    assert_eq!(r, "250 OK\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, &format!("DEL_ONION {id}\r\n"));
+    assert_eq!(r, "552 Unknown Onion Service id\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, "DEL_ONION abc\r\n");
+    assert_eq!(r, "512 Malformed Onion Service id\r\n");
+    let (r, _) = run(&mut s, &mut m, &a, "DEL_ONION\r\n");
+    assert_eq!(
+        r,
+        "512 Bad arguments to DEL_ONION: Need at least 1 argument(s)\r\n"
+    );
+    let (r, _) = run(&mut s, &mut m, &a, &format!("DEL_ONION {id} x\r\n"));
+    assert_eq!(
+        r,
+        "512 Bad arguments to DEL_ONION: Cannot accept more than 1 argument(s)\r\n"
+    );
+}
+
+#[test]
+fn onion_client_auth_like_tor() {
+    let (mut s, mut m, a) = authed();
+    let id =
+        crate::addr::encode_onion_v3(&curve25519_dalek::constants::ED25519_BASEPOINT_COMPRESSED.0);
+    let key = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    let mut t = |line: String| run(&mut s, &mut m, &a, &format!("{line}\r\n")).0;
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD {id} x25519:{key}")),
+        "250 OK\r\n"
+    );
+    assert_eq!(
+        t(format!(
+            "ONION_CLIENT_AUTH_ADD {id} x25519:{} ClientName=alice",
+            key.trim_end_matches('=')
+        )),
+        "251 Client for onion existed and replaced\r\n"
+    );
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_VIEW {id}")),
+        format!(
+            "250-ONION_CLIENT_AUTH_VIEW {id}\r\n250-CLIENT {id} x25519:{key} ClientName=alice\r\n250 OK\r\n"
+        )
+    );
+    assert_eq!(
+        t("ONION_CLIENT_AUTH_VIEW".into()),
+        format!(
+            "250-ONION_CLIENT_AUTH_VIEW\r\n250-CLIENT {id} x25519:{key} ClientName=alice\r\n250 OK\r\n"
+        )
+    );
+    assert_eq!(
+        t(format!(
+            "ONION_CLIENT_AUTH_ADD {id} x25519:{key} Flags=Permanent"
+        )),
+        format!("553 Unable to store creds for \"{id}\"\r\n")
+    );
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD {id}")),
+        "512 Incomplete ONION_CLIENT_AUTH_ADD command\r\n"
+    );
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD abc x25519:{key}")),
+        "512 Invalid v3 address \"abc\"\r\n"
+    );
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD {id} x448:{key}")),
+        "552 Unrecognized key type \"x448\"\r\n"
+    );
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD {id} x25519")),
+        "512 Invalid key type/blob\r\n"
+    );
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD {id} x25519:AAAA")),
+        "512 Failed to decode x25519 private key\r\n"
+    );
+    let zero = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_ADD {id} x25519:{zero}")),
+        format!("553 Invalid private key \"{zero}\"\r\n")
+    );
+    assert_eq!(
+        t(format!(
+            "ONION_CLIENT_AUTH_ADD {id} x25519:{key} Flags=Bogus"
+        )),
+        "512 Invalid 'Flags' argument: \"Bogus\"\r\n"
+    );
+    assert_eq!(
+        t(format!(
+            "ONION_CLIENT_AUTH_ADD {id} x25519:{key} ClientName=abcdefghijklmnopq"
+        )),
+        "512 ClientName longer than 16 chars\r\n"
+    );
+    assert_eq!(t(format!("ONION_CLIENT_AUTH_REMOVE {id}")), "250 OK\r\n");
+    assert_eq!(
+        t(format!("ONION_CLIENT_AUTH_REMOVE {id}")),
+        format!("251 No credentials for \"{id}\"\r\n")
+    );
+    assert_eq!(
+        t("ONION_CLIENT_AUTH_REMOVE".into()),
+        "512 Incomplete ONION_CLIENT_AUTH_REMOVE command\r\n"
+    );
+    assert_eq!(
+        t("ONION_CLIENT_AUTH_VIEW x".into()),
+        "512 Invalid v3 address \"x\"\r\n"
+    );
+    assert_eq!(
+        t("ONION_CLIENT_AUTH_VIEW".into()),
+        "250-ONION_CLIENT_AUTH_VIEW\r\n250 OK\r\n"
+    );
 }

@@ -55,8 +55,10 @@ pub struct Client {
     pub flow: Arc<ChanMgr>,
     /// The onion-service client.
     pub hs: hs::HsClient,
-    /// The onion services this process hosts.
+    /// The onion services this process hosts (from the config).
     pub services: Vec<crate::service::ServiceHandle>,
+    /// Ephemeral onion services added on the control port.
+    pub onions: Arc<control::onions::Onions>,
     ready: watch::Receiver<bool>,
     testing: bool,
 }
@@ -172,6 +174,7 @@ impl Client {
             },
             auth,
         );
+        hs.set_control_hub(hub.clone());
         let (ready_tx, ready_rx) = watch::channel(false);
         let ctx = socks::SocksContext {
             circmgr: circmgr.clone(),
@@ -217,9 +220,22 @@ impl Client {
                 dir: dir.clone(),
                 circmgr: circmgr.clone(),
                 ready: ready_rx.clone(),
+                hub: Some(hub.clone()),
             };
             services.push(crate::service::start(ctx, svc.clone()).map_err(ClientError::Setup)?);
         }
+        let onions = Arc::new(control::onions::Onions::new(
+            Some(crate::service::ServiceCtx {
+                dir: dir.clone(),
+                circmgr: circmgr.clone(),
+                ready: ready_rx.clone(),
+                hub: Some(hub.clone()),
+            }),
+            &services
+                .iter()
+                .map(|s| s.address.clone())
+                .collect::<Vec<_>>(),
+        ));
         let shutdown = Arc::new(Notify::new());
         let control_addr = control::start(control::ControlParts {
             hub: hub.clone(),
@@ -229,6 +245,8 @@ impl Client {
             cfg: cfg.clone(),
             socks: socks_listener,
             shutdown: shutdown.clone(),
+            onions: onions.clone(),
+            hs: Some(hs.clone()),
         })
         .await
         .map_err(ClientError::Setup)?;
@@ -251,6 +269,7 @@ impl Client {
             flow,
             hs,
             services,
+            onions,
             ready: ready_rx,
             testing: cfg.testing_network,
         };
@@ -293,6 +312,7 @@ impl Client {
             "flow_control": flow_json(self.flow.flow_stats()),
             "onion_client": self.hs.stats().to_json(),
             "onion_services": self.services.iter().map(|s| s.status()).collect::<Vec<_>>(),
+            "ephemeral_onion_services": self.onions.handles().iter().map(|s| s.status()).collect::<Vec<_>>(),
         })
     }
 

@@ -45,6 +45,11 @@ pub struct OnionServiceConfig {
     /// `HiddenServiceMaxStreams`; 0: the circuit limit).
     #[serde(default)]
     pub max_streams: usize,
+    /// Close the rendezvous circuit when a stream would exceed
+    /// `max_streams`, instead of refusing the stream (tor's
+    /// `HiddenServiceMaxStreamsCloseCircuit`).
+    #[serde(default)]
+    pub max_streams_close_circuit: bool,
     /// Keep the circuit open after a BEGIN to a port not in `ports`
     /// (tor's `HiddenServiceAllowUnknownPorts`; off: the circuit closes,
     /// which makes port scans cost a circuit each).
@@ -54,6 +59,25 @@ pub struct OnionServiceConfig {
 
 fn default_intro_points() -> usize {
     3
+}
+
+impl OnionServiceConfig {
+    /// The settings of a service with no key directory (ADD_ONION):
+    /// `ports` as `VIRTPORT ADDR:PORT` entries, tor's defaults otherwise.
+    pub fn ephemeral(ports: Vec<String>, max_streams: usize, close_circuit: bool) -> Self {
+        OnionServiceConfig {
+            dir: PathBuf::new(),
+            ports,
+            num_intro_points: default_intro_points(),
+            intro_dos_rate_per_sec: None,
+            intro_dos_burst_per_sec: None,
+            pow_defenses: false,
+            pow_suggested_effort: 0,
+            max_streams,
+            max_streams_close_circuit: close_circuit,
+            allow_unknown_ports: false,
+        }
+    }
 }
 
 impl OnionServiceConfig {

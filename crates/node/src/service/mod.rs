@@ -31,6 +31,7 @@ use tracing::{debug, info, warn};
 
 use onionmix_cell::hs::DosParams;
 use onionmix_crypto::Ed25519Keypair;
+use onionmix_frontend::control::{HsDescEvent, HsDirName};
 use onionmix_hs::intro::{ReplayCache, open_introduce2};
 use onionmix_hs::keys::ServiceIdentity;
 use onionmix_hs::service::PortMap;
@@ -40,6 +41,7 @@ use x25519_dalek::StaticSecret;
 
 use crate::client::circmgr::CircMgr;
 use crate::client::circuit::HopTarget;
+use crate::client::control::hub::ControlHub;
 use crate::client::dir::DirMgr;
 use crate::client::hs::net::{HsNet, is_intro_point};
 pub use config::OnionServiceConfig;
@@ -64,6 +66,8 @@ pub struct ServiceCtx {
     pub circmgr: CircMgr,
     /// Becomes true once the client has bootstrapped.
     pub ready: watch::Receiver<bool>,
+    /// Where `HS_DESC` events go (the control port), if anywhere.
+    pub hub: Option<Arc<ControlHub>>,
 }
 
 /// Counters of one service (in the client's `status.json`).
@@ -102,13 +106,27 @@ impl ServiceStats {
 pub struct ServiceHandle {
     /// Its address (`<56 chars>.onion`).
     pub address: String,
-    /// Its key directory.
+    /// Its key directory (empty for an ephemeral service).
     pub dir: PathBuf,
     /// Counters.
     pub stats: Arc<ServiceStats>,
+    stop: Arc<watch::Sender<bool>>,
 }
 
 impl ServiceHandle {
+    /// Stop the service: its introduction circuits are closed and its
+    /// descriptors no longer uploaded. Rendezvous circuits already joined
+    /// carry their streams to the end, as in tor (`DEL_ONION`). A service
+    /// also stops once every clone of its handle is gone.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Whether [`Self::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     /// Status as JSON. The address is the service's own (not a client's),
     /// written so the testbed can find it; the `hostname` file has it too.
     pub fn status(&self) -> serde_json::Value {
@@ -167,8 +185,10 @@ pub(crate) enum Ev {
         period: u64,
         /// HSDir.
         hsdir: [u8; 20],
-        /// Accepted.
-        ok: bool,
+        /// Its nickname (for `HS_DESC` events).
+        nickname: String,
+        /// None: accepted; else the `HS_DESC FAILED` reason.
+        failure: Option<&'static str>,
     },
 }
 
@@ -176,20 +196,50 @@ pub(crate) enum Ev {
 pub fn start(ctx: ServiceCtx, cfg: OnionServiceConfig) -> Result<ServiceHandle, String> {
     cfg.validate()?;
     let id = keys::load_or_create(&cfg.dir)?;
-    let address = id.address().map_err(|e| e.to_string())?.to_string();
     let auth = keys::authorized_clients(&cfg.dir);
-    let stats = Arc::new(ServiceStats::default());
-    let handle = ServiceHandle {
-        address,
-        dir: cfg.dir.clone(),
-        stats: stats.clone(),
-    };
     info!(
         "onion service in {} starting ({} ports, client authorization {})",
         cfg.dir.display(),
         cfg.ports.len(),
         if auth.is_some() { "on" } else { "off" }
     );
+    launch(ctx, cfg, id, auth)
+}
+
+/// Start an ephemeral service (ADD_ONION): identity and authorized
+/// clients in memory, nothing written to disk.
+pub fn start_ephemeral(
+    ctx: ServiceCtx,
+    cfg: OnionServiceConfig,
+    id: ServiceIdentity,
+    auth: Option<Vec<[u8; 32]>>,
+) -> Result<ServiceHandle, String> {
+    cfg.validate()?;
+    debug!(
+        "ephemeral onion service starting ({} ports, client authorization {})",
+        cfg.ports.len(),
+        if auth.is_some() { "on" } else { "off" }
+    );
+    launch(ctx, cfg, id, auth)
+}
+
+fn launch(
+    ctx: ServiceCtx,
+    cfg: OnionServiceConfig,
+    id: ServiceIdentity,
+    auth: Option<Vec<[u8; 32]>>,
+) -> Result<ServiceHandle, String> {
+    let onion = id.address().map_err(|e| e.to_string())?;
+    let address = onion.to_string();
+    let service_id = onion.label().to_string();
+    let stats = Arc::new(ServiceStats::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let handle = ServiceHandle {
+        address,
+        dir: cfg.dir.clone(),
+        stats: stats.clone(),
+        stop: Arc::new(stop_tx),
+    };
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let testing = ctx.dir.testing_network();
     let svc = Service {
@@ -222,8 +272,9 @@ pub fn start(ctx: ServiceCtx, cfg: OnionServiceConfig) -> Result<ServiceHandle, 
         cookies: ReplayCache::new(REPLAY_CACHE.0, REPLAY_CACHE.1),
         testing,
         warned_no_hsdirs: false,
+        service_id,
     };
-    tokio::spawn(svc.run(rx));
+    tokio::spawn(svc.run(rx, stop_rx));
     Ok(handle)
 }
 
@@ -244,13 +295,18 @@ struct Service {
     cookies: ReplayCache,
     testing: bool,
     warned_no_hsdirs: bool,
+    /// The address without `.onion` (`HS_DESC` events).
+    service_id: String,
 }
 
 impl Service {
-    async fn run(mut self, mut rx: mpsc::Receiver<Ev>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Ev>, mut stop: watch::Receiver<bool>) {
         let mut ready = self.ctx.ready.clone();
-        if ready.wait_for(|r| *r).await.is_err() {
-            return;
+        tokio::select! {
+            r = ready.wait_for(|r| *r) => if r.is_err() {
+                return;
+            },
+            _ = stop.wait_for(|s| *s) => return,
         }
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -261,7 +317,19 @@ impl Service {
                     None => break,
                 },
                 _ = tick.tick() => self.tick(),
+                // Stopped (or every handle gone): dropping `self` aborts
+                // the introduction tasks, which destroys their circuits.
+                _ = stop.wait_for(|s| *s) => break,
             }
+        }
+        debug!("onion service stopped");
+    }
+
+    fn hs_desc(&self, blinded: &[u8; 32], ev: HsDescEvent) {
+        if let Some(hub) = &self.ctx.hub {
+            hub.emit("HS_DESC", || {
+                onionmix_frontend::control::onion::hs_desc_event(&self.service_id, blinded, &ev)
+            });
         }
     }
 
@@ -282,12 +350,35 @@ impl Service {
                 self.count_established();
             }
             Ev::Introduce2(id, data) => self.introduce2(id, &data),
-            Ev::Uploaded { period, hsdir, ok } => {
+            Ev::Uploaded {
+                period,
+                hsdir,
+                nickname,
+                failure,
+            } => {
+                let ok = failure.is_none();
                 ServiceStats::bump(if ok {
                     &self.stats.uploads_ok
                 } else {
                     &self.stats.uploads_failed
                 });
+                let name = HsDirName {
+                    rsa_id: hsdir,
+                    nickname,
+                };
+                let blinded = self.descs.get(&period).map(|d| *d.blinded.public());
+                if let Some(b) = blinded {
+                    self.hs_desc(
+                        &b,
+                        match failure {
+                            None => HsDescEvent::Uploaded { hsdir: name },
+                            Some(reason) => HsDescEvent::UploadFailed {
+                                hsdir: name,
+                                reason,
+                            },
+                        },
+                    );
+                }
                 if let Some(d) = self.descs.get_mut(&period) {
                     d.schedule.result(&hsdir, ok, crate::clock::now_unix());
                 }
@@ -442,6 +533,7 @@ impl Service {
             ports: self.ports.clone(),
             max_streams: self.cfg.max_streams,
             allow_unknown_ports: self.cfg.allow_unknown_ports,
+            max_streams_close_circuit: self.cfg.max_streams_close_circuit,
         };
         tokio::spawn(rend::serve(
             self.ctx.clone(),
@@ -483,6 +575,7 @@ impl Service {
         self.descs.retain(|p, _| p.saturating_add(1) >= cur);
         let ready = self.intros.ready(now);
         let version = self.intros.version();
+        let mut events = Vec::new();
         for (period, kind) in [
             (cur, onionmix_hs::ring::RingKind::StoreFirst),
             (next, onionmix_hs::ring::RingKind::StoreSecond),
@@ -504,16 +597,36 @@ impl Service {
                     is_current: period == cur,
                     auth_clients: self.auth.as_deref(),
                 };
+                let first = slot.text.is_none();
                 if let Err(e) = slot.rebuild(&input) {
                     warn!("onion service: cannot build the descriptor: {e}");
                     continue;
+                }
+                if first {
+                    events.push((*slot.blinded.public(), HsDescEvent::Created));
                 }
             }
             let Some(text) = slot.text.clone() else {
                 continue;
             };
+            let spec = net.plan.spec(kind);
+            let period_len = net.schedule.period_length_minutes();
             for t in plan.targets {
                 if let Some(h) = hsdirs.iter().find(|h| h.rsa_id == t) {
+                    if let Some(ed) = &h.ed_id {
+                        let hsdir_index =
+                            onionmix_hs::ring::hsdir_index(ed, &spec.srv, spec.period, period_len);
+                        events.push((
+                            *slot.blinded.public(),
+                            HsDescEvent::Upload {
+                                hsdir: HsDirName {
+                                    rsa_id: h.rsa_id,
+                                    nickname: h.nickname.clone(),
+                                },
+                                hsdir_index,
+                            },
+                        ));
+                    }
                     tokio::spawn(publish::upload(
                         self.ctx.clone(),
                         h.clone(),
@@ -523,6 +636,9 @@ impl Service {
                     ));
                 }
             }
+        }
+        for (blinded, ev) in events {
+            self.hs_desc(&blinded, ev);
         }
     }
 }

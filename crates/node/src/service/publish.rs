@@ -132,26 +132,35 @@ pub(super) async fn upload(
     )
     .into_bytes();
     req.extend_from_slice(text.as_bytes());
-    let ok = match hsdir_request(&ctx.dir, &ctx.circmgr, &hsdir, &req, 64 * 1024).await {
-        Ok((200, _)) => true,
+    // The HS_DESC FAILED reasons are tor's (`handle_response_upload_hsdesc`):
+    // 400 is UPLOAD_REJECTED, any other answer UNEXPECTED. tor reports
+    // nothing when the HSDir cannot be reached; we say UNEXPECTED, so a
+    // controller waiting for the upload learns that it failed.
+    let failure = match hsdir_request(&ctx.dir, &ctx.circmgr, &hsdir, &req, 64 * 1024).await {
+        Ok((200, _)) => None,
         Ok((status, body)) => {
             debug!(
                 "HSDir {} refused the descriptor: {status} {}",
                 hsdir.nickname,
                 onionmix_http::sanitize(&String::from_utf8_lossy(&body), 200)
             );
-            false
+            Some(if status == 400 {
+                "UPLOAD_REJECTED"
+            } else {
+                "UNEXPECTED"
+            })
         }
         Err(e) => {
             debug!("upload to HSDir {} failed: {e}", hsdir.nickname);
-            false
+            Some("UNEXPECTED")
         }
     };
     let _ = tx
         .send(Ev::Uploaded {
             period,
             hsdir: hsdir.rsa_id,
-            ok,
+            nickname: hsdir.nickname.clone(),
+            failure,
         })
         .await;
 }

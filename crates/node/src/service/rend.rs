@@ -39,6 +39,9 @@ pub(super) struct Settings {
     pub ports: Arc<PortMap>,
     pub max_streams: usize,
     pub allow_unknown_ports: bool,
+    /// Close the circuit when a BEGIN exceeds `max_streams` (tor's
+    /// `HiddenServiceMaxStreamsCloseCircuit`).
+    pub max_streams_close_circuit: bool,
 }
 
 pub(super) async fn serve(
@@ -144,6 +147,10 @@ pub(super) async fn serve(
         };
         let Ok(permit) = streams.clone().try_acquire_owned() else {
             let _ = chan.send(end(end_reason::RESOURCELIMIT)).await;
+            if settings.max_streams_close_circuit {
+                debug!("too many streams on a rendezvous circuit: closing it");
+                break;
+            }
             continue;
         };
         let incoming = Stream::incoming(

@@ -10,7 +10,9 @@ use tracing::{info, warn};
 
 use onionmix_frontend::control::events::{EventMask, long_name};
 use onionmix_frontend::control::syntax::quote;
-use onionmix_frontend::control::{Backend, CmdError, ConfError, Info, Signal};
+use onionmix_frontend::control::{
+    AddOnion, AddedOnion, AuthAdded, Backend, ClientAuthCred, CmdError, ConfError, Info, Signal,
+};
 use onionmix_netdoc::{NetDir, RelayId};
 
 use super::ControlContext;
@@ -138,6 +140,14 @@ const INFO_NAMES: &[(&str, &str)] = &[
     ),
     ("fingerprint", "Get hash of router's identity key."),
     ("accounting/enabled", "Is accounting currently enabled?"),
+    (
+        "onions/current",
+        "Onion services owned by the current control connection.",
+    ),
+    (
+        "onions/detached",
+        "Onion services detached from the control connection.",
+    ),
 ];
 
 fn bool01(b: bool) -> String {
@@ -413,6 +423,8 @@ impl Backend for ClientBackend {
                 Err(e) => return e,
             },
             "dormant" => bool01(hub.dormant.load(Ordering::Relaxed)),
+            "onions/current" => self.ctx.onions.list(Some(self.sub_id)),
+            "onions/detached" => self.ctx.onions.list(None),
             "traffic/read" => hub.read.load(Ordering::Relaxed).to_string(),
             "traffic/written" => hub.written.load(Ordering::Relaxed).to_string(),
             "address" | "address/v4" | "address/v6" => return Info::Fail("Address unknown".into()),
@@ -768,6 +780,26 @@ impl Backend for ClientBackend {
             });
         }
         Ok(())
+    }
+
+    fn add_onion(&mut self, req: &AddOnion) -> Result<AddedOnion, CmdError> {
+        self.add_onion_impl(req)
+    }
+
+    fn del_onion(&mut self, service_id: &str) -> Result<(), CmdError> {
+        self.del_onion_impl(service_id)
+    }
+
+    fn client_auth_add(&mut self, cred: ClientAuthCred) -> Result<AuthAdded, CmdError> {
+        self.client_auth_add_impl(cred)
+    }
+
+    fn client_auth_remove(&mut self, address: &str) -> Result<bool, CmdError> {
+        self.client_auth_remove_impl(address)
+    }
+
+    fn client_auth_view(&mut self) -> Vec<ClientAuthCred> {
+        self.client_auth_view_impl()
     }
 
     fn set_owner(&mut self, owning: bool) {

@@ -5,7 +5,9 @@
 //! is gathered in `hub` without slowing its data path.
 
 pub mod backend;
+mod client_auth;
 pub mod hub;
+pub mod onions;
 pub mod streams;
 
 #[cfg(test)]
@@ -55,6 +57,10 @@ pub struct ControlContext {
     pub auth: AuthConfig,
     /// Per-attempt circuit build timeout.
     pub build_timeout: Duration,
+    /// Ephemeral onion services (ADD_ONION).
+    pub onions: Arc<onions::Onions>,
+    /// The onion-service client (ONION_CLIENT_AUTH_*).
+    pub hs: Option<super::hs::HsClient>,
     listeners: Mutex<Vec<String>>,
     owning_pid: Mutex<Option<u32>>,
     shutdown: Arc<Notify>,
@@ -153,6 +159,10 @@ pub struct ControlParts {
     pub socks: Arc<super::socks::SocksListener>,
     /// Set when something asks the client to exit.
     pub shutdown: Arc<Notify>,
+    /// The ephemeral onion services ADD_ONION starts.
+    pub onions: Arc<onions::Onions>,
+    /// The onion-service client (ONION_CLIENT_AUTH_*).
+    pub hs: Option<super::hs::HsClient>,
 }
 
 /// Bind the control listeners the config asks for and start serving; also
@@ -174,6 +184,8 @@ pub async fn start(p: ControlParts) -> Result<Option<SocketAddr>, String> {
         cfg: cfg.clone(),
         socks: p.socks,
         auth,
+        onions: p.onions,
+        hs: p.hs,
         listeners: Mutex::new(Vec::new()),
         owning_pid: Mutex::new(cfg.owning_controller_process),
         shutdown: p.shutdown,
@@ -297,6 +309,8 @@ async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin + Send>(sock: S, ctx: Arc<
     let why = run_conn(sock, &ctx, &mut backend, &mut events).await;
     debug!("control connection closed: {why}");
     ctx.hub.unsubscribe(sub_id);
+    // Its ephemeral onion services (not the detached ones) go with it.
+    ctx.onions.connection_closed(sub_id);
     if owning.load(Ordering::Relaxed) {
         info!("the owning controller's connection closed; shutting down");
         ctx.request_shutdown();

@@ -17,6 +17,7 @@
 //! Circuits built here are never pooled with the exit circuits and never
 //! carry anything else.
 
+mod events;
 pub mod net;
 pub mod pool;
 pub mod socks;
@@ -144,13 +145,28 @@ struct Inner {
     dir: Arc<DirMgr>,
     circmgr: CircMgr,
     cfg: HsClientConfig,
-    auth: HashMap<[u8; 32], [u8; 32]>,
+    /// Client-authorization keys by service identity key (from
+    /// `client_onion_auth_dir`, and ONION_CLIENT_AUTH_ADD).
+    auth: Mutex<HashMap<[u8; 32], ClientAuthKey>>,
     descs: Mutex<DescCache>,
     intro_state: Mutex<IntroStateCache>,
     hsdir_reqs: Mutex<HsDirRequests>,
     joined: Mutex<HashMap<RendKey, Arc<Circuit>>>,
     locks: Mutex<HashMap<RendKey, Arc<tokio::sync::Mutex<()>>>>,
     stats: HsStats,
+    /// Where HS_DESC events of descriptor fetches go.
+    hub: std::sync::OnceLock<Arc<crate::client::control::hub::ControlHub>>,
+}
+
+/// A client-authorization key the client holds for one service.
+#[derive(Clone)]
+pub struct ClientAuthKey {
+    /// The x25519 secret.
+    pub secret: zeroize::Zeroizing<[u8; 32]>,
+    /// From the auth directory or stored there (`Flags=Permanent`).
+    pub permanent: bool,
+    /// ONION_CLIENT_AUTH_ADD's `ClientName`.
+    pub name: Option<String>,
 }
 
 /// The onion-service client.
@@ -230,15 +246,59 @@ impl HsClient {
                 dir,
                 circmgr,
                 cfg,
-                auth,
+                auth: Mutex::new(
+                    auth.into_iter()
+                        .map(|(k, secret)| {
+                            (
+                                k,
+                                ClientAuthKey {
+                                    secret: zeroize::Zeroizing::new(secret),
+                                    permanent: true,
+                                    name: None,
+                                },
+                            )
+                        })
+                        .collect(),
+                ),
                 descs: Mutex::new(DescCache::new()),
                 intro_state: Mutex::new(IntroStateCache::new()),
                 hsdir_reqs: Mutex::new(HsDirRequests::new(requery)),
                 joined: Mutex::new(HashMap::new()),
                 locks: Mutex::new(HashMap::new()),
                 stats: HsStats::default(),
+                hub: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Report descriptor fetches to the control port (`HS_DESC`); the
+    /// first hub set stays.
+    pub fn set_control_hub(&self, hub: Arc<crate::client::control::hub::ControlHub>) {
+        let _ = self.inner.hub.set(hub);
+    }
+
+    /// Use `key` for the service with identity key `service` from now on
+    /// (ONION_CLIENT_AUTH_ADD); whether it replaced a key, or None when the
+    /// table is full.
+    pub fn add_client_auth(&self, service: [u8; 32], key: ClientAuthKey) -> Option<bool> {
+        let mut m = lock(&self.inner.auth);
+        if !m.contains_key(&service) && m.len() >= MAX_AUTH_KEYS {
+            return None;
+        }
+        Some(m.insert(service, key).is_some())
+    }
+
+    /// Forget the key of `service`; the key it had.
+    pub fn remove_client_auth(&self, service: &[u8; 32]) -> Option<ClientAuthKey> {
+        lock(&self.inner.auth).remove(service)
+    }
+
+    /// Every client-authorization key held, by service identity key.
+    pub fn client_auth_keys(&self) -> Vec<([u8; 32], ClientAuthKey)> {
+        lock(&self.inner.auth)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
     }
 
     /// Counters.
@@ -410,18 +470,24 @@ impl HsClient {
         period: u64,
     ) -> Result<(), HsClientError> {
         let hsdirs = net.responsible(RingKind::Fetch, blinded, period);
+        let ev = events::FetchEvents::new(self.inner.hub.get().map(|h| &**h), addr, blinded, net);
         if hsdirs.is_empty() {
+            ev.failed(None, "QUERY_NO_HSDIR");
             return Err(HsClientError::DescriptorNotFound);
         }
         let mut round = self.fetch_round(&hsdirs, blinded).await;
         let path = onionmix_hs::desc::cache::fetch_path(blinded);
         let request = format!("GET {path} HTTP/1.0\r\n\r\n").into_bytes();
-        let auth = self.inner.auth.get(addr.key());
+        let auth = lock(&self.inner.auth)
+            .get(addr.key())
+            .map(|k| zeroize::Zeroizing::new(*k.secret));
+        let auth = auth.as_deref();
         while let Some(i) = round.next_hsdir() {
             let Some(hsdir) = hsdirs.get(i) else {
                 continue;
             };
             lock(&self.inner.hsdir_reqs).note(blinded, &hsdir.rsa_id, crate::clock::now_unix());
+            ev.requested(hsdir);
             let resp = hsdir_request(
                 &self.inner.dir,
                 &self.inner.circmgr,
@@ -434,11 +500,15 @@ impl HsClient {
                 Ok((200, body)) => body,
                 Ok((status, _)) => {
                     debug!("HSDir {} answered {status}", hsdir.nickname);
+                    ev.failed(Some(hsdir), events::status_reason(status));
                     round.failed(FetchFailure::NotFound);
                     continue;
                 }
                 Err(e) => {
                     debug!("HSDir {} unreachable: {e}", hsdir.nickname);
+                    // tor reports nothing here; UNEXPECTED tells a
+                    // controller the request ended.
+                    ev.failed(Some(hsdir), "UNEXPECTED");
                     round.failed(FetchFailure::Unreachable);
                     continue;
                 }
@@ -446,6 +516,7 @@ impl HsClient {
             let now = crate::clock::now_unix();
             match decode(&body, blinded, subcred, auth, now) {
                 Ok((content, lifetime_s)) => {
+                    ev.received(hsdir, &body);
                     let desc = CachedDesc {
                         content,
                         period,
@@ -457,11 +528,14 @@ impl HsClient {
                     return Ok(());
                 }
                 Err(e @ (DescError::MissingClientAuth | DescError::WrongClientAuth)) => {
+                    // tor stores such a descriptor and reports RECEIVED.
+                    ev.received(hsdir, &body);
                     lock(&self.inner.hsdir_reqs).purge(blinded);
                     return Err(e.into());
                 }
                 Err(e) => {
                     debug!("descriptor from HSDir {} unusable: {e}", hsdir.nickname);
+                    ev.failed(Some(hsdir), "BAD_DESC");
                     round.failed(FetchFailure::Invalid(e));
                 }
             }

@@ -1,0 +1,237 @@
+//! Ephemeral onion services over the control port (ADD_ONION, DEL_ONION,
+//! `onions/current|detached`, HS_DESC events) with stem, against the
+//! onionmix client and a stock tor client in one all-onionmix-relay
+//! network (onionmix authorities, HSDirs, introduction and rendezvous
+//! points): the same script (`scripts/stem/onion_check.py`) runs against
+//! both and the reports must agree. Each service is created with
+//! `await_publication=True` in front of the sink's HTTP server and
+//! fetched (1 MiB, SHA-256 verified) through the other implementation's
+//! client and a second onionmix client; the key ADD_ONION returns gives
+//! the same address again, and our key derivation gives stock tor's
+//! address from stock tor's key. A `V3Auth` service is refused to a
+//! client without the key and reached by the other implementation's
+//! client once ONION_CLIENT_AUTH_ADD gave it the key; a fetching client's
+//! `HSDIR_INDEX` equals the one the other implementation's service
+//! uploaded with.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
+
+mod common_net;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine;
+use onionmix_frontend::control::auth::HashedPassword;
+use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
+use onionmix_testbed::netinfo::NodeInfo;
+use onionmix_testbed::spec::{Implementation, Spec};
+use onionmix_testsupport as ts;
+
+const PASSWORD: &str = "correct horse";
+
+fn spec(hash: &str) -> Spec {
+    let text = format!(
+        r#"
+name = "control-onion"
+description = "onionmix-hs's relays; two onionmix clients and a stock tor client, with control ports"
+bootstrap_timeout_secs = 300
+
+[[nodes]]
+impl = "onionmix"
+role = "authority"
+count = 3
+
+[[nodes]]
+impl = "onionmix"
+role = "relay"
+count = 3
+
+[[nodes]]
+impl = "onionmix"
+role = "exit"
+count = 2
+
+[[nodes]]
+impl = "onionmix"
+role = "client"
+count = 2
+config = ['hashed_control_password = ["{hash}"]']
+
+[[nodes]]
+impl = "tor"
+role = "client"
+torrc = ["HashedControlPassword {hash}"]
+"#
+    );
+    Spec::parse("control-onion", &text).expect("spec")
+}
+
+fn addr(n: &NodeInfo, port: Option<u16>) -> String {
+    format!("{}:{}", n.address, port.expect("port"))
+}
+
+/// Run the script with a deadline; its last stdout line as JSON.
+fn onion_report(
+    py: &Path,
+    host: &NodeInfo,
+    fetchers: &[&NodeInfo],
+    sink: &str,
+) -> serde_json::Value {
+    let mut cmd = Command::new(py);
+    cmd.arg(ts::repo_root().join("scripts/stem/onion_check.py"))
+        .args(["--control", &addr(host, host.control_port)])
+        .args(["--password", PASSWORD])
+        .args(["--sink", sink]);
+    for f in fetchers {
+        cmd.args(["--fetch-socks", &addr(f, f.socks_port)]);
+    }
+    // Watch the fetches of the other implementation's client if there is
+    // one (its REQUESTED index is checked against the host's UPLOAD).
+    if let Some(f) = fetchers
+        .iter()
+        .find(|f| f.implementation != host.implementation)
+        .or(fetchers.first())
+    {
+        cmd.args(["--fetch-control", &addr(f, f.control_port)])
+            .args(["--fetch-control-socks", &addr(f, f.socks_port)]);
+    }
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the stem script");
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(1500) {
+            std::thread::sleep(Duration::from_millis(500));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = watchdog.join();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|_| {
+        panic!(
+            "stem against {} failed ({}):\nstdout: {stdout}\nstderr: {}",
+            host.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Checks that must hold for both implementations.
+const TRUE: &[&str] = &[
+    "published",
+    "event_created_seen",
+    "event_created_format",
+    "event_upload_seen",
+    "event_upload_format",
+    "event_uploaded_seen",
+    "event_uploaded_format",
+    "listed_current",
+    "all_downloads_ok",
+    "fetch_event_requested_format",
+    "fetch_event_received_format",
+    "hsdir_index_agrees",
+    "removed",
+    "unlisted_after_removal",
+    "unreachable_after_removal",
+    "same_id_from_key",
+    "v3auth_published",
+    "v3auth_refused_without_key",
+    "v3auth_download_with_key",
+    "no_key_when_given",
+    "discard_pk_has_no_key",
+    "detached_listed",
+    "detached_not_current",
+    "detached_survives",
+    "detached_removed",
+];
+
+/// What differs between runs (addresses, keys, timings, examples).
+fn comparable(v: &serde_json::Value) -> serde_json::Value {
+    let mut v = v.clone();
+    let o = v.as_object_mut().unwrap();
+    o.retain(|k, _| {
+        !(k.ends_with("_example")
+            || matches!(
+                k.as_str(),
+                "service_id"
+                    | "private_key"
+                    | "publish_secs"
+                    | "downloads"
+                    | "collision"
+                    | "hsdir_index_pairs"
+            ))
+    });
+    v
+}
+
+fn check_key(r: &serde_json::Value, who: &str) {
+    assert_eq!(r["private_key_type"], "ED25519-V3", "{who}: {r}");
+    let b64 = r["private_key"].as_str().unwrap();
+    assert_eq!(b64.len(), 88, "{who}: padded base64 of 64 bytes");
+    let key: [u8; 64] = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let id = onionmix_hs::keys::ServiceIdentity::from_expanded(&key).unwrap();
+    assert_eq!(
+        id.address().unwrap().label(),
+        r["service_id"].as_str().unwrap(),
+        "{who}: the key implies the ServiceID"
+    );
+    assert_eq!(r["collision"], "550 Onion address collision", "{who}: {r}");
+}
+
+#[test]
+fn stem_ephemeral_onion_services_on_both_clients() {
+    let _g = ts::serial();
+    let stem = ts::stem_python_check();
+    let have_tor = ts::tor_check();
+    if !ts::require_or_skip(
+        "stem_ephemeral_onion_services_on_both_clients",
+        stem.clone().map(|_| ()).and(have_tor),
+    ) {
+        return;
+    }
+    let py = stem.unwrap();
+    let hash = HashedPassword::new(PASSWORD.as_bytes(), [0x5a; 8]).to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = LaunchOptions::new(env!("CARGO_BIN_EXE_onionmix").into());
+    opts.timeout = Some(common_net::TEST_BOOTSTRAP_TIMEOUT);
+    let net = NetworkGuard(Some(
+        launcher::start(&spec(&hash), dir.path(), &opts)
+            .unwrap_or_else(|e| panic!("network start failed: {e}")),
+    ));
+    let info = net.info().clone();
+    let sink = info.sink.clone().expect("sink").http.to_string();
+    let ours = info.clients(Some(Implementation::Onionmix));
+    let (a, b) = (ours[0].clone(), ours[1].clone());
+    let stock = info.clients(Some(Implementation::Tor))[0].clone();
+
+    let r_ours = onion_report(&py, &a, &[&b, &stock], &sink);
+    eprintln!("stem against onionmix: {r_ours}");
+    // Our fetching client first: its control port is watched.
+    let r_tor = onion_report(&py, &stock, &[&b, &a], &sink);
+    eprintln!("stem against stock tor: {r_tor}");
+    for (who, r) in [("onionmix", &r_ours), ("stock tor", &r_tor)] {
+        for k in TRUE {
+            assert_eq!(r[*k], true, "{who}: {k} in {r}");
+        }
+        assert_eq!(r["removed_again"], false, "{who}: {r}");
+        check_key(r, who);
+    }
+    // Same answers, byte for byte where stem shows them (error replies,
+    // GETINFO onions/*, DEL_ONION of a service whose connection closed).
+    assert_eq!(comparable(&r_ours), comparable(&r_tor));
+    drop(net);
+}
