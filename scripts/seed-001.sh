@@ -31,7 +31,7 @@ for p in "${parts[@]}"; do
     reliability)
       rm -rf "$OUT/$p"
       "$BIN" compare "${SPECS[@]}" --workload docs/measure-hs/reliability-onion.toml \
-        --out "$OUT/$p"
+        --runs "${REL_RUNS:-100}" --out "$OUT/$p"
       ;;
     loopback)
       # One all-onionmix network on loopback: 5 MiB through the onion

@@ -345,9 +345,16 @@ pub async fn hsdir_request(
     max_body: usize,
 ) -> Result<(u16, Vec<u8>), String> {
     let fut = async {
-        let circ = build_circuit(dir, circmgr, Some(hsdir), &|_| true)
-            .await
-            .map_err(|e| e.to_string())?;
+        // A fetch may use a pre-built circuit; uploads (large, not
+        // waited for, one per responsible HSDir at once) build their own
+        // so they do not drain the circuits a rendezvous needs.
+        let small = request.len() <= OPTIMISTIC_DIR_REQUEST_MAX;
+        let circ = if small {
+            build_circuit(dir, circmgr, Some(hsdir), &|_| true).await
+        } else {
+            build_fresh(dir, circmgr, Some(hsdir), &|_| true).await
+        }
+        .map_err(|e| e.to_string())?;
         // A small request (a descriptor fetch) travels right behind
         // BEGIN_DIR instead of a round trip later: a relay opens a
         // directory stream as soon as BEGIN_DIR arrives (tor answers
@@ -357,7 +364,7 @@ pub async fn hsdir_request(
             .begin_stream(StreamRequest::BeginDir)
             .await
             .map_err(|e| e.to_string())?;
-        let optimistic = request.len() <= OPTIMISTIC_DIR_REQUEST_MAX;
+        let optimistic = small;
         if optimistic {
             s.write_all(request).await.map_err(|e| e.to_string())?;
         }

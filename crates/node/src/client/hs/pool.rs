@@ -18,9 +18,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Ready circuits kept (one for a rendezvous circuit, one to extend to an
-/// introduction point: what one new connection uses).
-pub const TARGET: usize = 2;
+/// Ready circuits kept: one for a rendezvous circuit, one to extend to an
+/// introduction point (what one new connection uses), and a spare, since
+/// a circuit that already passes through the target (or its family)
+/// cannot be extended to it: on small networks that is a third of them.
+pub const TARGET: usize = 3;
 /// An unused pooled circuit is closed after this long.
 pub const MAX_AGE: Duration = Duration::from_secs(10 * 60);
 /// The pool is refilled while onion services were used this recently.
@@ -194,10 +196,12 @@ mod tests {
         p.build_failed();
         assert_eq!(p.ready(), 1);
         assert_eq!(p.builds_wanted(t0), 1);
-        p.built(t0, 2);
-        assert_eq!(p.ready(), 2);
+        for i in 2..=TARGET as u32 {
+            p.built(t0, i);
+        }
+        assert_eq!(p.ready(), TARGET);
         // An extra build beyond the target is dropped, not kept.
-        p.built(t0, 3);
+        p.built(t0, 99);
         assert_eq!(p.ready(), TARGET);
         // The prediction runs out.
         let later = t0 + PREDICTION + Duration::from_secs(1);
@@ -210,9 +214,12 @@ mod tests {
         let p: Pool<u32> = Pool::default();
         let t0 = Instant::now();
         p.note_use(t0);
-        assert_eq!(p.builds_wanted(t0), 2);
+        assert_eq!(p.builds_wanted(t0), TARGET);
         p.built(t0, 10);
         p.built(t0 + Duration::from_secs(60), 11);
+        for _ in 2..TARGET {
+            p.build_failed();
+        }
         // Fits only 11: 10 stays.
         assert_eq!(p.take(t0, |_| false, |x| *x == 11), Some(11));
         assert_eq!(p.ready(), 1);
@@ -223,9 +230,11 @@ mod tests {
         assert_eq!(p.ready(), 0);
         assert_eq!(p.counters.expired.load(Ordering::Relaxed), 1);
         // Old items too.
-        assert_eq!(p.builds_wanted(t0), 2);
+        assert_eq!(p.builds_wanted(t0), TARGET);
         p.built(t0, 12);
-        p.build_failed();
+        for _ in 1..TARGET {
+            p.build_failed();
+        }
         let old = t0 + MAX_AGE + Duration::from_secs(1);
         assert_eq!(p.take(old, |_| false, |_| true), None);
         assert_eq!(p.counters.expired.load(Ordering::Relaxed), 2);
