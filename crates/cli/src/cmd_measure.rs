@@ -182,6 +182,22 @@ fn endpoint(
             .first()
             .ok_or_else(|| anyhow::anyhow!("the network has no client"))?,
     };
+    // On an emulated network, fresh clients (`access`) start in the
+    // measured client's namespace, behind the same emulated link.
+    let place = match &info.emulator {
+        Some(e) => {
+            let ready = onionmix_emu::run::read_ready(&e.state_dir)
+                .map_err(|e| anyhow::anyhow!("link emulator: {e}"))?;
+            let n = ready.node(&c.name).ok_or_else(|| {
+                anyhow::anyhow!("{} has no namespace in the link emulator", c.name)
+            })?;
+            Some(onionmix_testbed::workload::FreshPlace {
+                namespace: n.namespace.clone(),
+                address: n.address.into(),
+            })
+        }
+        None => None,
+    };
     Ok(Endpoint {
         // Through an onion service: `<spec>/<client>@<service>`.
         label: match &onion {
@@ -212,11 +228,13 @@ fn endpoint(
                 bin: std::env::current_exe()?,
                 config: c.data_dir.join("client.toml"),
                 work_dir: info.dir.join("measure-fresh"),
+                place: place.clone(),
             },
             Implementation::Tor => FreshClient::Tor {
                 bin: "tor".into(),
                 torrc: c.data_dir.join("torrc"),
                 work_dir: info.dir.join("measure-fresh"),
+                place,
             },
         }),
         onion: onion.map(|(_, t)| t),

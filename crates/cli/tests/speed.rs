@@ -133,6 +133,7 @@ async fn socks_port(circmgr: &CircMgr, optimistic_reply: bool) -> SocketAddr {
         circmgr: circmgr.clone(),
         stream_timeout: Duration::from_secs(30),
         ready,
+        dir_ready: None,
         extended_errors: false,
         hub: Arc::new(onionmix_node::client::control::hub::ControlHub::new()),
         optimistic_data: true,

@@ -94,6 +94,8 @@ pub enum FreshClient {
         config: PathBuf,
         /// Where fresh clients' data directories go.
         work_dir: PathBuf,
+        /// Run it where the measured client runs (emulated networks).
+        place: Option<FreshPlace>,
     },
     /// Stock `tor -f`, from the measured client's torrc.
     Tor {
@@ -103,7 +105,19 @@ pub enum FreshClient {
         torrc: PathBuf,
         /// Where fresh clients' data directories go.
         work_dir: PathBuf,
+        /// Run it where the measured client runs (emulated networks).
+        place: Option<FreshPlace>,
     },
+}
+
+/// The measured client's network namespace and address: a fresh client
+/// started there reaches the network over the same emulated link.
+#[derive(Debug, Clone)]
+pub struct FreshPlace {
+    /// Namespace name (`ip netns exec`).
+    pub namespace: String,
+    /// The client's address in it (the fresh SOCKS port listens there).
+    pub address: std::net::IpAddr,
 }
 
 /// A started fresh client, killed (by its pid) and its data removed on drop.
@@ -123,11 +137,24 @@ impl Drop for Fresh {
 
 fn start_fresh(f: &FreshClient, run: u32) -> Result<Fresh, String> {
     let port = crate::proc::free_port("127.0.0.1").map_err(|e| e.to_string())?;
-    let socks = SocketAddr::from(([127, 0, 0, 1], port));
-    let (work_dir, tag) = match f {
-        FreshClient::Onionmix { work_dir, .. } | FreshClient::Tor { work_dir, .. } => {
-            (work_dir, format!("fresh-{run}-{port}"))
+    let (work_dir, place) = match f {
+        FreshClient::Onionmix {
+            work_dir, place, ..
         }
+        | FreshClient::Tor {
+            work_dir, place, ..
+        } => (work_dir, place.as_ref()),
+    };
+    // In the measured client's namespace, its address (nothing else
+    // listens on it but that client's own ports); otherwise loopback.
+    let socks = match place {
+        Some(p) => SocketAddr::new(p.address, port),
+        None => SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    let tag = format!("fresh-{run}-{port}");
+    let program = |bin: &PathBuf| match place {
+        Some(p) => onionmix_emu::netns::command_in(&p.namespace, bin),
+        None => std::process::Command::new(bin),
     };
     let data = work_dir.join(tag);
     std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
@@ -162,7 +189,7 @@ fn start_fresh(f: &FreshClient, run: u32) -> Result<Fresh, String> {
             }
             let path = data.join("client.toml");
             std::fs::write(&path, cfg).map_err(|e| e.to_string())?;
-            let mut c = std::process::Command::new(bin);
+            let mut c = program(bin);
             c.arg("client").arg("--config").arg(path);
             c
         }
@@ -185,7 +212,7 @@ fn start_fresh(f: &FreshClient, run: u32) -> Result<Fresh, String> {
             ));
             let path = data.join("torrc");
             std::fs::write(&path, t).map_err(|e| e.to_string())?;
-            let mut c = std::process::Command::new(bin);
+            let mut c = program(bin);
             c.arg("-f").arg(path);
             c
         }

@@ -247,15 +247,54 @@ impl DirMgr {
         Err(last)
     }
 
+    /// Fetch the key certificates of authorities `ids` and keep the valid
+    /// ones.
+    async fn fetch_certs(
+        &self,
+        ids: &[[u8; 20]],
+        via: Option<&CircMgr>,
+        now: std::time::SystemTime,
+    ) -> Result<(), String> {
+        let req = DirRequest::authority_certs(ids).map_err(|e| e.to_string())?;
+        let resp = self.fetch_any(&req, via).await?;
+        let text = resp.body_text().map_err(|e| e.to_string())?;
+        let mut fetched = Vec::new();
+        for c in AuthCertificate::parse_all(text, now) {
+            match c {
+                Ok(c) => fetched.push(c),
+                Err(e) => warn!("rejected an authority key certificate: {e}"),
+            }
+        }
+        let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
+        merge_certificates(&mut certs, fetched, &self.auths, now, MAX_CERTS);
+        Ok(())
+    }
+
     /// Fetch and verify a fresh consensus and the microdescriptors it needs;
     /// install the result. `via` enables BEGIN_DIR.
     pub async fn refresh(&self, via: Option<&CircMgr>) -> Result<Arc<NetDir>, DirError> {
         let now = crate::clock::now();
         let fail = |what, last: String| DirError::AllFailed { what, last };
-        let resp = self
-            .fetch_any(&DirRequest::microdesc_consensus(), via)
-            .await
-            .map_err(|e| fail("consensus", e))?;
+        // A process without key certificates (a fresh client) asks for
+        // every configured authority's alongside the consensus (as tor
+        // does at bootstrap), rather than a round trip after it.
+        let all_ids: Vec<[u8; 20]> = self.auths.iter().map(|a| a.v3ident).collect();
+        let no_certs = self
+            .certs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        let early_certs = async {
+            if no_certs
+                && !all_ids.is_empty()
+                && let Err(e) = self.fetch_certs(&all_ids, via, now).await
+            {
+                debug!("key certificates alongside the consensus: {e}");
+            }
+        };
+        let consensus_req = DirRequest::microdesc_consensus();
+        let (resp, ()) = tokio::join!(self.fetch_any(&consensus_req, via), early_certs);
+        let resp = resp.map_err(|e| fail("consensus", e))?;
         let text = resp
             .body_text()
             .map_err(|e| fail("consensus", e.to_string()))?;
@@ -266,25 +305,9 @@ impl DirMgr {
             unverified.missing_certificates(&self.auths, &certs, now)
         };
         if !missing.is_empty() {
-            let ids: Vec<[u8; 20]> = missing.clone();
-            let req = DirRequest::authority_certs(&ids)
-                .map_err(|e| fail("key certificates", e.to_string()))?;
-            let resp = self
-                .fetch_any(&req, via)
+            self.fetch_certs(&missing, via, now)
                 .await
                 .map_err(|e| fail("key certificates", e))?;
-            let text = resp
-                .body_text()
-                .map_err(|e| fail("key certificates", e.to_string()))?;
-            let mut fetched = Vec::new();
-            for c in AuthCertificate::parse_all(text, now) {
-                match c {
-                    Ok(c) => fetched.push(c),
-                    Err(e) => warn!("rejected an authority key certificate: {e}"),
-                }
-            }
-            let mut certs = self.certs.lock().unwrap_or_else(|e| e.into_inner());
-            merge_certificates(&mut certs, fetched, &self.auths, now, MAX_CERTS);
         }
         let certs = self.certs.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let consensus = unverified

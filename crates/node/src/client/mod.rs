@@ -176,10 +176,12 @@ impl Client {
         );
         hs.set_control_hub(hub.clone());
         let (ready_tx, ready_rx) = watch::channel(false);
+        let (dir_ready_tx, dir_ready_rx) = watch::channel(false);
         let ctx = socks::SocksContext {
             circmgr: circmgr.clone(),
             stream_timeout: cfg.stream_timeout(),
             ready: ready_rx.clone(),
+            dir_ready: Some(dir_ready_rx),
             extended_errors: cfg.socks_extended_errors,
             hub: hub.clone(),
             optimistic_data: cfg.optimistic_data,
@@ -274,7 +276,7 @@ impl Client {
             testing: cfg.testing_network,
         };
         let c = client.clone();
-        tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx).await });
+        tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx, dir_ready_tx).await });
         let c = client.clone();
         let status_path = cfg.data_dir.join("status.json");
         tokio::spawn(async move { c.write_status_forever(status_path).await });
@@ -372,7 +374,11 @@ impl Client {
         }
     }
 
-    async fn bootstrap_and_maintain(self, ready: watch::Sender<bool>) {
+    async fn bootstrap_and_maintain(
+        self,
+        ready: watch::Sender<bool>,
+        dir_ready: watch::Sender<bool>,
+    ) {
         self.wait_network_enabled().await;
         info!("Bootstrapped 5% (conn): Connecting to a directory authority");
         self.hub.bootstrap(5, "conn", "Connecting to a relay");
@@ -403,6 +409,7 @@ impl Client {
             "enough_dirinfo",
             "Loaded enough directory info to build circuits",
         );
+        let _ = dir_ready.send(true);
         self.hub
             .bootstrap(95, "circuit_create", "Establishing a Tor circuit");
         let mut delay = Duration::from_secs(1);

@@ -55,8 +55,13 @@ pub struct SocksContext {
     pub circmgr: CircMgr,
     /// Stream timeout.
     pub stream_timeout: Duration,
-    /// Resolves when the client has bootstrapped.
+    /// Resolves when the client has bootstrapped (a first circuit).
     pub ready: tokio::sync::watch::Receiver<bool>,
+    /// Resolves when the client has enough directory information to build
+    /// circuits (tor's 75%, `enough_dirinfo`). `.onion` CONNECTs start
+    /// then, as in tor: they build their own circuits and need no exit
+    /// circuit. `None`: wait for `ready`.
+    pub dir_ready: Option<tokio::sync::watch::Receiver<bool>>,
     /// Send tor's extended SOCKS5 errors (0xF0-0xF7, prop 304) where they
     /// apply, as tor's `SocksPort ... ExtendedErrors` does.
     pub extended_errors: bool,
@@ -246,7 +251,10 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
     }
     let epoch = ctx.hub.epoch.load(Ordering::Relaxed);
     let tr = Tracked::new(&ctx.hub, &req, peer, epoch);
-    let mut ready = ctx.ready.clone();
+    let mut ready = match (&ctx.dir_ready, onion) {
+        (Some(d), true) => d.clone(),
+        _ => ctx.ready.clone(),
+    };
     if !*ready.borrow() {
         let ok = matches!(
             tokio::time::timeout(ctx.stream_timeout, ready.wait_for(|r| *r)).await,

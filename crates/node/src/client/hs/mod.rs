@@ -181,6 +181,35 @@ impl std::fmt::Debug for HsClient {
     }
 }
 
+/// The rendezvous circuit of one connection attempt: ready (kept across
+/// introduction attempts), or being made ready while the descriptor is
+/// fetched.
+#[derive(Default)]
+struct RendSlot {
+    ready: Option<ReadyRend>,
+    early: Option<EarlyRend>,
+}
+
+/// A rendezvous circuit being made ready ahead of need; aborted (the
+/// circuit closed) if dropped unused.
+struct EarlyRend(tokio::task::JoinHandle<Result<ReadyRend, HsCircError>>);
+
+impl EarlyRend {
+    /// The ready circuit, if it became ready and is still open.
+    async fn finish(mut self) -> Option<ReadyRend> {
+        match (&mut self.0).await {
+            Ok(Ok(r)) if !r.hs.circ.is_closed() => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for EarlyRend {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A rendezvous circuit whose point answered RENDEZVOUS_ESTABLISHED.
 struct ReadyRend {
     hs: HsCirc,
@@ -395,7 +424,7 @@ impl HsClient {
     async fn rendezvous(&self, addr: &OnionAddress) -> Result<Arc<Circuit>, HsClientError> {
         let svc = *addr.key();
         let mut plan = ConnectPlan::new(svc);
-        let mut rend: Option<ReadyRend> = None;
+        let mut rend = RendSlot::default();
         let mut first = true;
         loop {
             let net = HsNet::current(&self.inner.dir).map_err(|e| {
@@ -420,6 +449,16 @@ impl HsClient {
             };
             match step {
                 Step::Fetch => {
+                    // The rendezvous circuit does not depend on the
+                    // descriptor: while one is fetched, the rendezvous
+                    // point is made ready alongside.
+                    if rend.ready.is_none() && rend.early.is_none() {
+                        let me = self.clone();
+                        rend.early =
+                            Some(EarlyRend(tokio::spawn(
+                                async move { me.establish_rend().await },
+                            )));
+                    }
                     HsStats::bump(&self.inner.stats.desc_fetches);
                     lock(&self.inner.descs).remove(&svc);
                     let r = self.fetch(addr, &net, &blinded, &subcred, period).await;
@@ -516,6 +555,7 @@ impl HsClient {
             let now = crate::clock::now_unix();
             match decode(&body, blinded, subcred, auth, now) {
                 Ok((content, lifetime_s)) => {
+                    debug!("descriptor fetched from HSDir {}", hsdir.nickname);
                     ev.received(hsdir, &body);
                     let desc = CachedDesc {
                         content,
@@ -602,16 +642,22 @@ impl HsClient {
         ip: &IntroPointInfo,
         effort: u32,
         subcred: &[u8; 32],
-        rend_slot: &mut Option<ReadyRend>,
+        rend_slot: &mut RendSlot,
     ) -> Result<Arc<Circuit>, IntroOutcome> {
         let ip_hop = hop_from_link_specs(&ip.link_specifiers, &ip.onion_key, Some(&net.nd))
             .ok_or(IntroOutcome::Unreachable)?;
-        let reuse = rend_slot.take().filter(|r| !r.hs.circ.is_closed());
+        let reuse = rend_slot.ready.take().filter(|r| !r.hs.circ.is_closed());
+        let early = rend_slot.early.take();
         let rend_fut = async {
-            match reuse {
-                Some(r) => Ok(r),
-                None => self.establish_rend().await,
+            if let Some(r) = reuse {
+                return Ok(r);
             }
+            if let Some(e) = early
+                && let Some(r) = e.finish().await
+            {
+                return Ok(r);
+            }
+            self.establish_rend().await
         };
         let intro_fut = async {
             let c = build_circuit(&self.inner.dir, &self.inner.circmgr, Some(&ip_hop), &|_| {
@@ -625,6 +671,16 @@ impl HsClient {
             HsCirc::attach(c).await
         };
         let pow_fut = solve_pow(desc, effort);
+        let rend_fut = async {
+            let r = rend_fut.await;
+            debug!("rendezvous point ready: {}", r.is_ok());
+            r
+        };
+        let intro_fut = async {
+            let r = intro_fut.await;
+            debug!("introduction circuit ready: {}", r.is_ok());
+            r
+        };
         let (rend, intro, pow) = tokio::join!(rend_fut, intro_fut, pow_fut);
         if pow.is_some() {
             HsStats::bump(&self.inner.stats.pow_solved);
@@ -633,7 +689,7 @@ impl HsClient {
         let mut intro = match intro {
             Ok(i) => i,
             Err(_) => {
-                *rend_slot = Some(rend);
+                rend_slot.ready = Some(rend);
                 return Err(IntroOutcome::Unreachable);
             }
         };
@@ -651,13 +707,13 @@ impl HsClient {
             cc_request: cc_sendme_inc.is_some(),
         };
         let Ok(msg) = build_introduce1(&ntor, &input) else {
-            *rend_slot = Some(rend);
+            rend_slot.ready = Some(rend);
             return Err(IntroOutcome::Nack(
                 onionmix_cell::hs::intro_status::BAD_FORMAT,
             ));
         };
         if intro.send(RelayCmd::INTRODUCE1, msg, None).await.is_err() {
-            *rend_slot = Some(rend);
+            rend_slot.ready = Some(rend);
             return Err(IntroOutcome::Unreachable);
         }
         let ack = intro
@@ -670,16 +726,17 @@ impl HsClient {
                 _ => onionmix_cell::hs::intro_status::BAD_FORMAT,
             },
             Err(HsCircError::Timeout) => {
-                *rend_slot = Some(rend);
+                rend_slot.ready = Some(rend);
                 return Err(IntroOutcome::AckTimeout);
             }
             Err(_) => {
-                *rend_slot = Some(rend);
+                rend_slot.ready = Some(rend);
                 return Err(IntroOutcome::Unreachable);
             }
         };
+        debug!("INTRODUCE_ACK: status {status}");
         if status != onionmix_cell::hs::intro_status::SUCCESS {
-            *rend_slot = Some(rend);
+            rend_slot.ready = Some(rend);
             return Err(IntroOutcome::Nack(status));
         }
         let info = match rend

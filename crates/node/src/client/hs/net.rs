@@ -206,6 +206,10 @@ pub async fn build_circuit(
 ) -> Result<Circuit, BuildError> {
     let pool = circmgr.hs_pool();
     pool.note_use(Instant::now());
+    // A pool short of its target (a client's first onion use) starts
+    // filling now, not after this build: the circuits that come next
+    // (introduction, rendezvous) then find pre-built ones.
+    refill_pool(dir, circmgr);
     let res = from_pool(dir, circmgr, target, last_ok).await;
     let res = match res {
         Some(r) => r,
