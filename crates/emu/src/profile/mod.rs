@@ -242,42 +242,22 @@ impl LinkProfile {
                     "set either `loss` or `gilbert_elliott`, not both",
                 ));
             }
-            check_range(
-                place,
-                "gilbert_elliott.p",
-                ge.p,
-                0.0,
-                1.0,
-                true,
-                "a probability in [0, 1]",
-            )?;
-            check_range(
-                place,
-                "gilbert_elliott.r",
-                ge.r,
-                0.0,
-                1.0,
-                true,
-                "a probability in [0, 1]",
-            )?;
-            check_range(
-                place,
-                "gilbert_elliott.loss_good",
-                ge.loss_good,
-                0.0,
-                1.0,
-                true,
-                "a probability in [0, 1]",
-            )?;
-            check_range(
-                place,
-                "gilbert_elliott.loss_bad",
-                ge.loss_bad,
-                0.0,
-                1.0,
-                true,
-                "a probability in [0, 1]",
-            )?;
+            for (field, value) in [
+                ("gilbert_elliott.p", ge.p),
+                ("gilbert_elliott.r", ge.r),
+                ("gilbert_elliott.loss_good", ge.loss_good),
+                ("gilbert_elliott.loss_bad", ge.loss_bad),
+            ] {
+                check_range(
+                    place,
+                    field,
+                    value,
+                    0.0,
+                    1.0,
+                    true,
+                    "a probability in [0, 1]",
+                )?;
+            }
             if ge.p + ge.r <= 0.0 {
                 return Err(ConfigError::invalid(
                     place,

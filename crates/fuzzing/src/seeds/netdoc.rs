@@ -1,16 +1,13 @@
 //! Seeds for the directory-document targets (crates/netdoc): descriptors, votes, consensuses.
 
-use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use onionmix_netdoc::routerdesc::{DescriptorParams, build};
-use onionmix_netdoc::vote::{
-    RouterEntry, VoteHeader, build_detached, build_vote, default_protocol_lines, sign_consensus,
-};
+use onionmix_netdoc::vote::{RouterEntry, build_detached, build_vote, sign_consensus};
 
 use super::{Seed, cat};
 use crate::fixtures::{self, NOW};
-use crate::netdoc::DETACHED_BODY;
+use crate::netdoc::{DETACHED_BODY, vote_header};
 
 /// A descriptor of the fixture relay with both signatures replaced by
 /// markers.
@@ -68,36 +65,7 @@ fn vote_template() -> String {
             md_digest: [i + 9; 32],
         })
         .collect();
-    let h = VoteHeader {
-        nickname: "fuzzauth".into(),
-        v3ident: a.cert.id_fingerprint(),
-        address: Ipv4Addr::LOCALHOST,
-        dir_port: 7000,
-        or_port: 7001,
-        contact: "fuzz@example.invalid".into(),
-        published: NOW,
-        valid_after: NOW,
-        fresh_until: NOW + 300,
-        valid_until: NOW + 900,
-        voting_delay: (20, 20),
-        known_flags: [
-            "Authority",
-            "Exit",
-            "Fast",
-            "Guard",
-            "HSDir",
-            "Running",
-            "Stable",
-            "V2Dir",
-            "Valid",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<BTreeSet<_>>(),
-        protocols: default_protocol_lines(),
-        params: [("bwweightscale".to_string(), 10000)].into_iter().collect(),
-        shared_rand: Default::default(),
-    };
+    let h = vote_header(a, "fuzz@example.invalid".into(), 10000);
     let v = build_vote(&h, &relays, &a.keys.certificate, &a.keys.signing).expect("vote");
     let sig_at = v.rfind("-----BEGIN SIGNATURE-----").expect("signature");
     let v = format!("{}@SIG@\n", &v[..sig_at]);

@@ -132,16 +132,7 @@ pub(super) fn write_configs(
         .collect();
     let dirauth_lines: Vec<String> = auths
         .iter()
-        .map(|a| {
-            torrc::dirauthority_line(
-                &a.name,
-                a.or_port.unwrap_or(0),
-                a.v3ident.as_deref().unwrap_or(""),
-                &a.address,
-                a.dir_port.unwrap_or(0),
-                a.fingerprint.as_deref().unwrap_or(""),
-            )
-        })
+        .map(|a| torrc::dirauthority_line_of(a))
         .collect();
     let auth_entries: Vec<AuthEntry> = auths
         .iter()

@@ -137,16 +137,7 @@ pub async fn run_once(
             for &size in &cfg.sizes {
                 let user = cfg.fresh_circuit.then(|| isolation("bulk"));
                 let mut r = record(cfg, ep, run, "transfer", Some(size));
-                fetch(
-                    ep,
-                    user.as_deref(),
-                    size,
-                    0,
-                    cfg.optimistic_socks,
-                    timeout,
-                    &mut r,
-                )
-                .await;
+                fetch_page(cfg, ep, user.as_deref(), size, timeout, &mut r).await;
                 out.push(r);
                 tick();
             }
@@ -172,16 +163,7 @@ pub async fn run_once(
                     let user = (cfg.parallel > 1).then(|| format!("om-reliability-{i}"));
                     let mut r = record(cfg, ep, run, "transfer", Some(cfg.page_bytes));
                     r.metrics.insert("fetcher".into(), i as f64);
-                    fetch(
-                        ep,
-                        user.as_deref(),
-                        cfg.page_bytes,
-                        0,
-                        cfg.optimistic_socks,
-                        timeout,
-                        &mut r,
-                    )
-                    .await;
+                    fetch_page(cfg, ep, user.as_deref(), cfg.page_bytes, timeout, &mut r).await;
                     r
                 })
                 .collect();
@@ -194,38 +176,32 @@ pub async fn run_once(
             if let Some(f) = &ep.fresh {
                 out.push(fresh_client_access(cfg, ep, f, run, timeout).await);
             }
-            // Warm client, new circuit: a fresh isolation username.
+            // Warm client, new circuit (a fresh isolation username), then
+            // the same circuit again.
             let user = isolation("access");
-            let mut r = record(cfg, ep, run, "new-circuit", Some(1000));
-            fetch(
-                ep,
-                Some(&user),
-                1000,
-                0,
-                cfg.optimistic_socks,
-                timeout,
-                &mut r,
-            )
-            .await;
-            out.push(r);
-            // The same circuit again.
-            let mut r = record(cfg, ep, run, "reused-circuit", Some(1000));
-            fetch(
-                ep,
-                Some(&user),
-                1000,
-                0,
-                cfg.optimistic_socks,
-                timeout,
-                &mut r,
-            )
-            .await;
-            out.push(r);
+            for kind in ["new-circuit", "reused-circuit"] {
+                let mut r = record(cfg, ep, run, kind, Some(1000));
+                fetch_page(cfg, ep, Some(&user), 1000, timeout, &mut r).await;
+                out.push(r);
+            }
             tick();
         }
         _ => {}
     }
     out
+}
+
+/// One unpadded `GET /bytes/<n>` on a new connection, with the SOCKS
+/// behaviour `cfg` asks for (see [`fetch`]).
+async fn fetch_page(
+    cfg: &WorkloadConfig,
+    ep: &Endpoint,
+    user: Option<&str>,
+    n: u64,
+    timeout: Duration,
+    r: &mut Record,
+) {
+    fetch(ep, user, n, 0, cfg.optimistic_socks, timeout, r).await
 }
 
 /// Circuit build times the client reported (onionmix clients:
