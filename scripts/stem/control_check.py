@@ -2,7 +2,7 @@
 """Drive a Tor control port with stem and report what happened as JSON.
 
 The same script runs against stock tor and the onionmix client; the Rust
-test (crates/cli/tests/control_stem.rs) compares the two reports.
+test (crates/cli/tests/control_interop.rs) compares the two reports.
 
 Checks: cookie (SAFECOOKIE and COOKIE) and password authentication,
 bootstrap status, circuit-status, CIRC and STREAM events during a verified
@@ -16,8 +16,6 @@ import hashlib
 import json
 import queue
 import signal
-import socket
-import struct
 import sys
 import threading
 import time
@@ -27,37 +25,14 @@ import stem.connection
 from stem import CircStatus, Signal, StreamStatus
 from stem.control import Controller, EventType, Listener
 
+import common
+
 
 def socks_get(socks, host, port, path, timeout=60.0):
     """HTTP GET through a SOCKS5 proxy; returns (headers dict, body)."""
-    s = socket.create_connection(socks, timeout=timeout)
-    try:
-        s.sendall(b"\x05\x01\x00")
-        if s.recv(2) != b"\x05\x00":
-            raise RuntimeError("SOCKS5 greeting refused")
-        s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(host) + struct.pack(">H", port))
-        rep = b""
-        while len(rep) < 10:
-            chunk = s.recv(10 - len(rep))
-            if not chunk:
-                raise RuntimeError("SOCKS5 reply cut short")
-            rep += chunk
-        if rep[1] != 0:
-            raise RuntimeError("SOCKS5 CONNECT failed with code %d" % rep[1])
-        s.sendall(("GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" % (path, host)).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        s.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    headers = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
+    code, headers, body = common.socks_get(socks, host, port, path, timeout=timeout)
+    if code != 0:
+        raise RuntimeError("SOCKS5 CONNECT failed with code %d" % code)
     return headers, body
 
 

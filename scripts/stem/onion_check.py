@@ -23,13 +23,13 @@ import hashlib
 import json
 import queue
 import re
-import socket
-import struct
 import sys
 import time
 
 import stem
 from stem.control import Controller, EventType
+
+import common
 
 ADDR = r"[a-z2-7]{56}"
 LONGNAME = r"\$[0-9A-F]{40}(~[A-Za-z0-9]{1,19})?"
@@ -99,45 +99,7 @@ def x25519_base(secret):
 
 def socks_get(socks, host, port, path, user=None, timeout=120.0):
     """HTTP GET through SOCKS5 by name; (reply code, headers, body)."""
-    s = socket.create_connection(socks, timeout=timeout)
-    try:
-        if user:
-            s.sendall(b"\x05\x01\x02")
-            if s.recv(2) != b"\x05\x02":
-                raise RuntimeError("SOCKS5 username auth refused")
-            u = user.encode()
-            s.sendall(b"\x01" + bytes([len(u)]) + u + b"\x01x")
-            if s.recv(2) != b"\x01\x00":
-                raise RuntimeError("SOCKS5 username refused")
-        else:
-            s.sendall(b"\x05\x01\x00")
-            if s.recv(2) != b"\x05\x00":
-                raise RuntimeError("SOCKS5 greeting refused")
-        h = host.encode()
-        s.sendall(b"\x05\x01\x00\x03" + bytes([len(h)]) + h + struct.pack(">H", port))
-        rep = b""
-        while len(rep) < 10:
-            chunk = s.recv(10 - len(rep))
-            if not chunk:
-                raise RuntimeError("SOCKS5 reply cut short")
-            rep += chunk
-        if rep[1] != 0:
-            return rep[1], {}, b""
-        s.sendall(("GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" % (path, host)).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        s.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    headers = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return 0, headers, body
+    return common.socks_get(socks, host, port, path, user=user, timeout=timeout)
 
 
 def verified_download(socks, host, n, deadline):

@@ -4,10 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use onionmix_testbed::http;
 use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
+use onionmix_testbed::netinfo::NodeInfo;
 use onionmix_testbed::socks::{self, Target};
 use onionmix_testbed::spec::Spec;
 
@@ -92,4 +94,92 @@ pub async fn download(
     .map_err(|_| "download timed out".to_string())?
     .map_err(|e| e.to_string())?;
     Ok((r, t0.elapsed()))
+}
+
+/// The password the control-port tests' clients accept
+/// (`HashedControlPassword`, besides the cookie).
+pub const CONTROL_PASSWORD: &str = "correct horse";
+
+/// A network for the control-port tests with stem: onionmix authorities
+/// (3), relays (3) and exits (2), `onionmix_clients` onionmix clients and
+/// one stock tor client, every client with a control port that accepts
+/// [`CONTROL_PASSWORD`].
+pub fn control_spec(name: &str, description: &str, onionmix_clients: usize) -> Spec {
+    let hash = onionmix_frontend::control::auth::HashedPassword::new(
+        CONTROL_PASSWORD.as_bytes(),
+        [0x5a; 8],
+    )
+    .to_string();
+    let text = format!(
+        r#"
+name = "{name}"
+description = "{description}"
+bootstrap_timeout_secs = 300
+
+[[nodes]]
+impl = "onionmix"
+role = "authority"
+count = 3
+
+[[nodes]]
+impl = "onionmix"
+role = "relay"
+count = 3
+
+[[nodes]]
+impl = "onionmix"
+role = "exit"
+count = 2
+
+[[nodes]]
+impl = "onionmix"
+role = "client"
+count = {onionmix_clients}
+config = ['hashed_control_password = ["{hash}"]']
+
+[[nodes]]
+impl = "tor"
+role = "client"
+torrc = ["HashedControlPassword {hash}"]
+"#
+    );
+    Spec::parse(name, &text).expect("spec")
+}
+
+/// `address:port` of one of a node's ports (panics when it has none).
+pub fn node_addr(n: &NodeInfo, port: Option<u16>) -> String {
+    format!("{}:{}", n.address, port.expect("port"))
+}
+
+/// Run a controller script or program with a deadline (killed by its pid
+/// after `limit`); its last stdout line as JSON, or a panic naming `what`
+/// with its output.
+pub fn run_json(mut cmd: Command, what: &str, limit: Duration) -> serde_json::Value {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let pid = child.id();
+    let watchdog = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(500));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = watchdog.join();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|_| {
+        panic!(
+            "{what} failed ({}):\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }

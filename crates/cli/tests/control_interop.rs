@@ -10,84 +10,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use onionmix_frontend::control::auth::HashedPassword;
-use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
+use common_net::{CONTROL_PASSWORD, control_spec, node_addr as addr, run_json};
 use onionmix_testbed::netinfo::NodeInfo;
-use onionmix_testbed::spec::{Implementation, Spec};
+use onionmix_testbed::spec::Implementation;
 use onionmix_testsupport as ts;
-
-const PASSWORD: &str = "correct horse";
-
-fn spec(hash: &str) -> Spec {
-    let text = format!(
-        r#"
-name = "control-interop"
-description = "onionmix-basic plus a stock tor client, both with control ports"
-bootstrap_timeout_secs = 300
-
-[[nodes]]
-impl = "onionmix"
-role = "authority"
-count = 3
-
-[[nodes]]
-impl = "onionmix"
-role = "relay"
-count = 3
-
-[[nodes]]
-impl = "onionmix"
-role = "exit"
-count = 2
-
-[[nodes]]
-impl = "onionmix"
-role = "client"
-config = ['hashed_control_password = ["{hash}"]']
-
-[[nodes]]
-impl = "tor"
-role = "client"
-torrc = ["HashedControlPassword {hash}"]
-"#
-    );
-    Spec::parse("control-interop", &text).expect("spec")
-}
-
-fn addr(n: &NodeInfo, port: Option<u16>) -> String {
-    format!("{}:{}", n.address, port.expect("port"))
-}
-
-/// Run a command with a deadline; its stdout, or a panic with its output.
-fn run_json(mut cmd: Command, what: &str, limit: Duration) -> serde_json::Value {
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    let pid = child.id();
-    let watchdog = std::thread::spawn(move || {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(500));
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return;
-            }
-        }
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-    });
-    let out = child.wait_with_output().expect("wait");
-    let _ = watchdog.join();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(line).unwrap_or_else(|_| {
-        panic!(
-            "{what} failed ({}):\nstdout: {stdout}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
 
 fn stem_report(py: &Path, client: &NodeInfo, sink: &str) -> serde_json::Value {
     let mut cmd = Command::new(py);
@@ -95,7 +21,7 @@ fn stem_report(py: &Path, client: &NodeInfo, sink: &str) -> serde_json::Value {
         .args(["--control", &addr(client, client.control_port)])
         .args(["--socks", &addr(client, client.socks_port)])
         .args(["--sink", sink])
-        .args(["--password", PASSWORD]);
+        .args(["--password", CONTROL_PASSWORD]);
     run_json(
         cmd,
         &format!("stem against {}", client.name),
@@ -166,14 +92,13 @@ fn stem_and_bine_drive_both_clients() {
     if !run_stem && !run_bine {
         return;
     }
-    let hash = HashedPassword::new(PASSWORD.as_bytes(), [0x5a; 8]).to_string();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = LaunchOptions::new(env!("CARGO_BIN_EXE_onionmix").into());
-    opts.timeout = Some(common_net::TEST_BOOTSTRAP_TIMEOUT);
-    let net = NetworkGuard(Some(
-        launcher::start(&spec(&hash), dir.path(), &opts)
-            .unwrap_or_else(|e| panic!("network start failed: {e}")),
-    ));
+    let spec = control_spec(
+        "control-interop",
+        "onionmix-basic plus a stock tor client, both with control ports",
+        1,
+    );
+    let net = common_net::start_spec(&spec, dir.path());
     let info = net.info().clone();
     let sink = info.sink.clone().expect("sink");
     let ours = info.clients(Some(Implementation::Onionmix))[0].clone();

@@ -22,54 +22,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine;
-use onionmix_frontend::control::auth::HashedPassword;
-use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
+use common_net::{CONTROL_PASSWORD, control_spec, node_addr as addr, run_json};
 use onionmix_testbed::netinfo::NodeInfo;
-use onionmix_testbed::spec::{Implementation, Spec};
+use onionmix_testbed::spec::Implementation;
 use onionmix_testsupport as ts;
-
-const PASSWORD: &str = "correct horse";
-
-fn spec(hash: &str) -> Spec {
-    let text = format!(
-        r#"
-name = "control-onion"
-description = "onionmix-hs's relays; two onionmix clients and a stock tor client, with control ports"
-bootstrap_timeout_secs = 300
-
-[[nodes]]
-impl = "onionmix"
-role = "authority"
-count = 3
-
-[[nodes]]
-impl = "onionmix"
-role = "relay"
-count = 3
-
-[[nodes]]
-impl = "onionmix"
-role = "exit"
-count = 2
-
-[[nodes]]
-impl = "onionmix"
-role = "client"
-count = 2
-config = ['hashed_control_password = ["{hash}"]']
-
-[[nodes]]
-impl = "tor"
-role = "client"
-torrc = ["HashedControlPassword {hash}"]
-"#
-    );
-    Spec::parse("control-onion", &text).expect("spec")
-}
-
-fn addr(n: &NodeInfo, port: Option<u16>) -> String {
-    format!("{}:{}", n.address, port.expect("port"))
-}
 
 /// Run the script with a deadline; its last stdout line as JSON.
 fn onion_report(
@@ -81,7 +37,7 @@ fn onion_report(
     let mut cmd = Command::new(py);
     cmd.arg(ts::repo_root().join("scripts/stem/onion_check.py"))
         .args(["--control", &addr(host, host.control_port)])
-        .args(["--password", PASSWORD])
+        .args(["--password", CONTROL_PASSWORD])
         .args(["--sink", sink]);
     for f in fetchers {
         cmd.args(["--fetch-socks", &addr(f, f.socks_port)]);
@@ -96,34 +52,11 @@ fn onion_report(
         cmd.args(["--fetch-control", &addr(f, f.control_port)])
             .args(["--fetch-control-socks", &addr(f, f.socks_port)]);
     }
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the stem script");
-    let pid = child.id();
-    let watchdog = std::thread::spawn(move || {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < Duration::from_secs(1500) {
-            std::thread::sleep(Duration::from_millis(500));
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                return;
-            }
-        }
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-    });
-    let out = child.wait_with_output().expect("wait");
-    let _ = watchdog.join();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(line).unwrap_or_else(|_| {
-        panic!(
-            "stem against {} failed ({}):\nstdout: {stdout}\nstderr: {}",
-            host.name,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    run_json(
+        cmd,
+        &format!("stem against {}", host.name),
+        Duration::from_secs(1500),
+    )
 }
 
 /// Checks that must hold for both implementations.
@@ -204,14 +137,13 @@ fn stem_ephemeral_onion_services_on_both_clients() {
         return;
     }
     let py = stem.unwrap();
-    let hash = HashedPassword::new(PASSWORD.as_bytes(), [0x5a; 8]).to_string();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = LaunchOptions::new(env!("CARGO_BIN_EXE_onionmix").into());
-    opts.timeout = Some(common_net::TEST_BOOTSTRAP_TIMEOUT);
-    let net = NetworkGuard(Some(
-        launcher::start(&spec(&hash), dir.path(), &opts)
-            .unwrap_or_else(|e| panic!("network start failed: {e}")),
-    ));
+    let spec = control_spec(
+        "control-onion",
+        "onionmix-hs's relays; two onionmix clients and a stock tor client, with control ports",
+        2,
+    );
+    let net = common_net::start_spec(&spec, dir.path());
     let info = net.info().clone();
     let sink = info.sink.clone().expect("sink").http.to_string();
     let ours = info.clients(Some(Implementation::Onionmix));

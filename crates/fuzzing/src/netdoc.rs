@@ -345,6 +345,34 @@ pub fn vote(data: &[u8]) {
     }
 }
 
+/// The fixture authority's vote header at [`NOW`], with `contact` and the
+/// `bwweightscale` parameter from the caller.
+pub(crate) fn vote_header(
+    a: &fixtures::AuthorityFixture,
+    contact: String,
+    bwweightscale: i32,
+) -> VoteHeader {
+    VoteHeader {
+        nickname: "fuzzauth".into(),
+        v3ident: a.cert.id_fingerprint(),
+        address: Ipv4Addr::LOCALHOST,
+        dir_port: 7000,
+        or_port: 7001,
+        contact,
+        published: NOW,
+        valid_after: NOW,
+        fresh_until: NOW + 300,
+        valid_until: NOW + 900,
+        voting_delay: (20, 20),
+        known_flags: FLAGS.iter().map(|f| f.to_string()).collect(),
+        protocols: vote::default_protocol_lines(),
+        params: [("bwweightscale".to_string(), bwweightscale)]
+            .into_iter()
+            .collect(),
+        shared_rand: Default::default(),
+    }
+}
+
 /// Flags an authority votes on.
 const FLAGS: [&str; 9] = [
     "Authority",
@@ -438,25 +466,7 @@ fn own_vote(data: &[u8]) {
             },
         });
     }
-    let h = VoteHeader {
-        nickname: "fuzzauth".into(),
-        v3ident: a.cert.id_fingerprint(),
-        address: Ipv4Addr::LOCALHOST,
-        dir_port: 7000,
-        or_port: 7001,
-        contact: printable(&mut inp, 40),
-        published: NOW,
-        valid_after: NOW,
-        fresh_until: NOW + 300,
-        valid_until: NOW + 900,
-        voting_delay: (20, 20),
-        known_flags: FLAGS.iter().map(|f| f.to_string()).collect(),
-        protocols: vote::default_protocol_lines(),
-        params: [("bwweightscale".to_string(), i32::from(inp.u16()))]
-            .into_iter()
-            .collect(),
-        shared_rand: Default::default(),
-    };
+    let h = vote_header(a, printable(&mut inp, 40), i32::from(inp.u16()));
     let text = build_vote(&h, &relays, &a.keys.certificate, &a.keys.signing)
         .expect("building a vote cannot fail");
     let v = parse_vote(&text, fixtures::now())

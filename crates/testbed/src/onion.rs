@@ -288,16 +288,7 @@ pub fn tor_torrc(
         .nodes
         .iter()
         .filter(|n| n.has_role(Role::Authority))
-        .map(|a| {
-            crate::torrc::dirauthority_line(
-                &a.name,
-                a.or_port.unwrap_or(0),
-                a.v3ident.as_deref().unwrap_or(""),
-                &a.address,
-                a.dir_port.unwrap_or(0),
-                a.fingerprint.as_deref().unwrap_or(""),
-            )
-        })
+        .map(crate::torrc::dirauthority_line_of)
         .collect();
     let addr = info
         .nodes

@@ -132,6 +132,19 @@ pub fn dirauthority_line(
     format!("DirAuthority {nick} orport={or_port} no-v2 v3ident={v3ident} {addr}:{dir_port} {fp}")
 }
 
+/// The `DirAuthority` line of an authority of a network (missing ports and
+/// identities as 0 and empty).
+pub fn dirauthority_line_of(a: &crate::netinfo::NodeInfo) -> String {
+    dirauthority_line(
+        &a.name,
+        a.or_port.unwrap_or(0),
+        a.v3ident.as_deref().unwrap_or(""),
+        &a.address,
+        a.dir_port.unwrap_or(0),
+        a.fingerprint.as_deref().unwrap_or(""),
+    )
+}
+
 /// Everything a torrc needs.
 pub struct TorNode<'a> {
     /// Nickname.

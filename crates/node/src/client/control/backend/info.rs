@@ -1,0 +1,253 @@
+//! GETINFO: the keys the client answers, network-status and microdescriptor entries.
+
+use std::sync::atomic::Ordering;
+
+use base64::Engine;
+
+use onionmix_frontend::control::Info;
+use onionmix_frontend::control::events::long_name;
+use onionmix_frontend::control::syntax::quote;
+use onionmix_netdoc::NetDir;
+
+use super::conf::OPTIONS;
+use super::{ClientBackend, bool01, find_relay, version};
+
+/// GETINFO keys we answer (for `info/names`).
+const INFO_NAMES: &[(&str, &str)] = &[
+    ("version", "The current version of Tor."),
+    ("config-file", "Current location of the \"torrc\" file."),
+    (
+        "config/names",
+        "List of configuration options, types, and documentation.",
+    ),
+    (
+        "info/names",
+        "List of GETINFO options, types, and documentation.",
+    ),
+    (
+        "events/names",
+        "Events that the controller can ask for with SETEVENTS.",
+    ),
+    (
+        "signal/names",
+        "Signal names recognized by the SIGNAL command",
+    ),
+    ("features/names", "What arguments can USEFEATURE take?"),
+    (
+        "process/pid",
+        "Process id belonging to the main tor process.",
+    ),
+    ("uptime", "Uptime of the Tor daemon in seconds."),
+    (
+        "status/bootstrap-phase",
+        "The last bootstrap phase status event that Tor sent.",
+    ),
+    (
+        "status/circuit-established",
+        "Whether we think client functionality is working.",
+    ),
+    (
+        "status/enough-dir-info",
+        "Whether we have enough up-to-date directory information to build circuits.",
+    ),
+    (
+        "circuit-status",
+        "List of current circuits originating here.",
+    ),
+    ("stream-status", "List of current streams."),
+    ("orconn-status", "A list of current OR connections."),
+    ("entry-guards", "Which nodes are we using as entry guards?"),
+    ("net/listeners/socks", "Bound addresses by type"),
+    ("net/listeners/control", "Bound addresses by type"),
+    (
+        "ns/id/*",
+        "Brief summary of router status by ID (v3 directory format).",
+    ),
+    (
+        "ns/name/*",
+        "Brief summary of router status by nickname (v3 directory format).",
+    ),
+    (
+        "ns/all",
+        "Brief summary of router status (v3 directory format)",
+    ),
+    ("md/id/*", "Microdescriptors by ID"),
+    ("md/name/*", "Microdescriptors by name"),
+    (
+        "dormant",
+        "Is Tor dormant (not building circuits because it's idle)?",
+    ),
+    ("traffic/read", "Bytes read since the process was started."),
+    (
+        "traffic/written",
+        "Bytes written since the process was started.",
+    ),
+    (
+        "address",
+        "IP address of this Tor host, if we can guess it.",
+    ),
+    ("fingerprint", "Get hash of router's identity key."),
+    ("accounting/enabled", "Is accounting currently enabled?"),
+    (
+        "onions/current",
+        "Onion services owned by the current control connection.",
+    ),
+    (
+        "onions/detached",
+        "Onion services detached from the control connection.",
+    ),
+];
+
+fn ns_entry(nd: &NetDir, r: &onionmix_netdoc::ConsensusRelay) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
+    let published = onionmix_crypto::timefmt::format_utc(
+        nd.lifetime()
+            .valid_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    );
+    let mut flags: Vec<&str> = r.flags.names().collect();
+    flags.sort_unstable();
+    let mut s = format!(
+        "r {} {} {} {} {} {} {}\n",
+        r.nickname,
+        b64.encode(r.rsa_id),
+        b64.encode([0u8; 20]),
+        published,
+        r.ipv4.ip(),
+        r.ipv4.port(),
+        r.dir_port
+    );
+    if let Some(a) = r.ipv6 {
+        s.push_str(&format!("a {a}\n"));
+    }
+    s.push_str(&format!("s {}\n", flags.join(" ")));
+    if let Some(v) = &r.version {
+        s.push_str(&format!("v {v}\n"));
+    }
+    s.push_str(&format!("w Bandwidth={}", r.bandwidth));
+    if !r.measured {
+        s.push_str(" Unmeasured=1");
+    }
+    s.push('\n');
+    s
+}
+
+fn md_text(nd: &NetDir, id: &[u8; 20]) -> Option<String> {
+    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
+    let r = nd.relay_by_rsa_id(id)?;
+    let mut s = format!(
+        "onion-key\nntor-onion-key {}\n",
+        b64.encode(r.ntor_onion_key)
+    );
+    if let Some(ed) = r.ed_id {
+        s.push_str(&format!("id ed25519 {}\n", b64.encode(ed)));
+    }
+    Some(s)
+}
+
+impl ClientBackend {
+    /// The answer to `GETINFO key`.
+    pub(super) fn info_value(&mut self, key: &str) -> Info {
+        let hub = &self.ctx.hub;
+        let v = match key {
+            "version" => version(),
+            "config-file" => match &self.cfg().config_path {
+                Some(p) => p.display().to_string(),
+                None => return Info::Unknown,
+            },
+            "config/names" => OPTIONS
+                .iter()
+                .map(|(n, t)| format!("{n} {t}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            "info/names" => INFO_NAMES
+                .iter()
+                .map(|(n, d)| format!("{n} -- {d}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            "process/pid" => std::process::id().to_string(),
+            "uptime" => hub.started.elapsed().as_secs().to_string(),
+            "status/bootstrap-phase" => hub.bootstrap_phase(),
+            "status/circuit-established" => bool01(hub.circuit_established.load(Ordering::Relaxed)),
+            "status/enough-dir-info" => bool01(hub.enough_dir_info.load(Ordering::Relaxed)),
+            "circuit-status" => hub.circuit_status(),
+            "stream-status" => hub.stream_status_text(),
+            "orconn-status" => hub.orconn_status().0,
+            "entry-guards" => {
+                let nd = self.dir().netdir();
+                self.dir()
+                    .primary_guards()
+                    .iter()
+                    .map(|id| {
+                        let nick = nd
+                            .as_ref()
+                            .and_then(|n| n.listed_by_rsa_id(id))
+                            .map(|r| r.nickname.clone())
+                            .unwrap_or_default();
+                        format!("{} up", long_name(id, &nick))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+            "net/listeners/socks" => self
+                .ctx
+                .socks
+                .addr()
+                .map(|a| quote(a.to_string().as_bytes()))
+                .unwrap_or_default(),
+            "net/listeners/control" => self
+                .ctx
+                .listeners()
+                .iter()
+                .map(|l| quote(l.as_bytes()))
+                .collect::<Vec<_>>()
+                .join(" "),
+            "ns/all" => match self.netdir() {
+                Ok(nd) => nd
+                    .listed()
+                    .iter()
+                    .map(|r| ns_entry(&nd, r))
+                    .collect::<String>(),
+                Err(e) => return e,
+            },
+            "dormant" => bool01(hub.dormant.load(Ordering::Relaxed)),
+            "onions/current" => self.ctx.onions.list(Some(self.sub_id)),
+            "onions/detached" => self.ctx.onions.list(None),
+            "traffic/read" => hub.read.load(Ordering::Relaxed).to_string(),
+            "traffic/written" => hub.written.load(Ordering::Relaxed).to_string(),
+            "address" | "address/v4" | "address/v6" => return Info::Fail("Address unknown".into()),
+            "fingerprint" => return Info::Fail("Not running in server mode".into()),
+            "accounting/enabled" => "0".into(),
+            k if k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
+                let nd = match self.netdir() {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let spec = k
+                    .trim_start_matches("ns/id/")
+                    .trim_start_matches("ns/name/");
+                match find_relay(&nd, spec).and_then(|(id, _)| nd.listed_by_rsa_id(&id)) {
+                    Some(r) => ns_entry(&nd, r),
+                    None => String::new(),
+                }
+            }
+            k if k.starts_with("md/id/") || k.starts_with("md/name/") => {
+                let nd = match self.netdir() {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let spec = k
+                    .trim_start_matches("md/id/")
+                    .trim_start_matches("md/name/");
+                match find_relay(&nd, spec).and_then(|(id, _)| md_text(&nd, &id)) {
+                    Some(t) => t,
+                    None => return Info::Unknown,
+                }
+            }
+            _ => return Info::Unknown,
+        };
+        Info::Value(v)
+    }
+}

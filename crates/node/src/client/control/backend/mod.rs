@@ -1,0 +1,397 @@
+//! The client side of the control commands: signals, circuit and stream
+//! commands here; GETINFO keys in `info`, the options GETCONF/SETCONF know
+//! in `conf`.
+
+mod conf;
+mod info;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing::{info, warn};
+
+use onionmix_frontend::control::events::EventMask;
+use onionmix_frontend::control::{
+    AddOnion, AddedOnion, AuthAdded, Backend, ClientAuthCred, CmdError, ConfError, Info, Signal,
+};
+use onionmix_netdoc::{NetDir, RelayId};
+
+use super::ControlContext;
+use crate::client::circmgr::Purpose;
+use crate::client::circuit::{self, HopTarget};
+use crate::client::config::ClientConfig;
+use crate::client::dir::DirMgr;
+
+/// The version string: the tor control-protocol level we follow, then
+/// ours (stem parses it as a tor version and gates features on it).
+pub fn version() -> String {
+    format!("0.4.9.11 (onionmix-{})", env!("CARGO_PKG_VERSION"))
+}
+
+/// One control connection's view of the client.
+pub struct ClientBackend {
+    /// Shared client state.
+    pub ctx: Arc<ControlContext>,
+    /// This connection's event subscription.
+    pub sub_id: u64,
+    /// Whether this connection sent TAKEOWNERSHIP.
+    pub owning: Arc<AtomicBool>,
+}
+
+fn bool01(b: bool) -> String {
+    if b { "1".into() } else { "0".into() }
+}
+
+/// Find a relay by ServerSpec (`$FP`, `$FP~nick`, `$FP=nick`, `FP`, or a
+/// nickname); (RSA id, whether a microdescriptor is known).
+fn find_relay(nd: &NetDir, spec: &str) -> Option<([u8; 20], bool)> {
+    let fp = spec.trim_start_matches('$');
+    let (fp, nick) = match fp.split_once(['~', '=']) {
+        Some((f, n)) => (f, Some(n)),
+        None => (fp, None),
+    };
+    if let Some(id) = crate::client::config::parse_fingerprint(fp) {
+        let listed = nd.listed_by_rsa_id(&id)?;
+        if nick.is_some_and(|n| !n.eq_ignore_ascii_case(&listed.nickname)) {
+            return None;
+        }
+        return Some((id, nd.relay_by_rsa_id(&id).is_some()));
+    }
+    if spec.starts_with('$') {
+        return None;
+    }
+    nd.listed()
+        .iter()
+        .find(|r| r.nickname.eq_ignore_ascii_case(spec))
+        .map(|r| (r.rsa_id, nd.relay_by_rsa_id(&r.rsa_id).is_some()))
+}
+
+impl ClientBackend {
+    fn cfg(&self) -> &ClientConfig {
+        &self.ctx.cfg
+    }
+    fn dir(&self) -> &DirMgr {
+        &self.ctx.dir
+    }
+
+    fn netdir(&self) -> Result<Arc<NetDir>, Info> {
+        self.dir()
+            .netdir()
+            .ok_or(Info::Fail("Not enough directory information".into()))
+    }
+
+    fn newnym(&self) {
+        let hub = self.ctx.hub.clone();
+        let cm = self.ctx.circmgr.clone();
+        match hub.newnym_due() {
+            Some(d) if d.is_zero() => {
+                hub.newnym_apply();
+                cm.clear();
+            }
+            Some(d) => {
+                let secs = d.as_secs_f64().ceil() as u64;
+                info!("Rate limiting NEWNYM request: delaying by {secs} second(s)");
+                hub.log(
+                    "NOTICE",
+                    &format!("Rate limiting NEWNYM request: delaying by {secs} second(s)"),
+                );
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    hub.newnym_apply();
+                    cm.clear();
+                });
+            }
+            None => {}
+        }
+    }
+
+    fn set_disable_network(&self, off: bool) {
+        let was = self.ctx.hub.disable_network.swap(off, Ordering::Relaxed);
+        if off && !was {
+            // As tor: no new connections or circuits; what we hold is let
+            // go, so streams after re-enabling get fresh circuits.
+            self.ctx.hub.epoch.fetch_add(1, Ordering::Relaxed);
+            self.ctx.circmgr.clear();
+            info!("DisableNetwork is set: not building circuits");
+        }
+    }
+
+    fn circ_id(&self, id: &str) -> Result<u64, CmdError> {
+        id.parse::<u64>()
+            .ok()
+            .filter(|n| self.ctx.hub.with_circ(*n, |_| ()).is_some())
+            .ok_or_else(|| CmdError::new(552, format!("Unknown circuit \"{id}\"")))
+    }
+}
+
+impl Backend for ClientBackend {
+    fn version(&self) -> String {
+        version()
+    }
+
+    fn getinfo(&mut self, key: &str) -> Info {
+        self.info_value(key)
+    }
+
+    fn getconf(&mut self, key: &str) -> Option<Vec<(String, Option<String>)>> {
+        self.conf_values(key)
+    }
+
+    fn setconf(
+        &mut self,
+        changes: &[(String, Option<String>)],
+        reset: bool,
+    ) -> Result<(), ConfError> {
+        self.apply_setconf(changes, reset)
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        let hub = &self.ctx.hub;
+        let name = match sig {
+            Signal::Newnym => {
+                self.newnym();
+                return;
+            }
+            Signal::Reload => {
+                match &self.cfg().config_path {
+                    Some(p) => match ClientConfig::load(p) {
+                        Ok(_) => {
+                            info!("configuration reloaded; options that need a restart are kept")
+                        }
+                        Err(e) => {
+                            warn!("reloading the configuration failed: {e}");
+                            hub.log("WARN", &format!("Reloading config failed: {e}"));
+                        }
+                    },
+                    None => info!("RELOAD: no configuration file"),
+                }
+                "RELOAD"
+            }
+            Signal::Shutdown | Signal::Halt => {
+                info!("shutting down at the controller's request");
+                self.ctx.request_shutdown();
+                return;
+            }
+            Signal::Dump => "DUMP",
+            Signal::Debug => "DEBUG",
+            Signal::Heartbeat => {
+                let (built, pending) = hub.circuit_counts();
+                info!(
+                    "Heartbeat: {built} circuits open, {pending} building, {} streams",
+                    hub.open_streams()
+                );
+                "HEARTBEAT"
+            }
+            Signal::ClearDnsCache => "CLEARDNSCACHE",
+            Signal::Active => {
+                hub.dormant.store(false, Ordering::Relaxed);
+                return;
+            }
+            Signal::Dormant => {
+                hub.dormant.store(true, Ordering::Relaxed);
+                return;
+            }
+        };
+        hub.emit("SIGNAL", || {
+            onionmix_frontend::control::reply::event(&format!("SIGNAL {name}"))
+        });
+    }
+
+    fn set_events(&mut self, mask: EventMask) {
+        self.ctx.hub.set_mask(self.sub_id, mask);
+    }
+
+    fn extend_circuit(
+        &mut self,
+        id: &str,
+        path: Option<Vec<String>>,
+        purpose: Option<&str>,
+    ) -> Result<u64, CmdError> {
+        if id != "0" {
+            self.circ_id(id)?;
+            return Err(CmdError::new(
+                551,
+                "Extending an existing circuit is not supported",
+            ));
+        }
+        let controller = match purpose.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("general") => false,
+            Some("controller") => true,
+            Some(p) => return Err(CmdError::new(552, format!("Unknown purpose \"{p}\""))),
+        };
+        if self.ctx.hub.disable_network.load(Ordering::Relaxed) {
+            return Err(CmdError::new(551, "Couldn't start circuit"));
+        }
+        let nd = self
+            .dir()
+            .netdir()
+            .ok_or_else(|| CmdError::new(551, "Couldn't start circuit"))?;
+        let hops: Vec<HopTarget> = match path {
+            Some(names) => {
+                let params = Arc::new(onionmix_proto::cc::CcParams::from_consensus(nd.params()));
+                let mut hops = Vec::new();
+                for n in &names {
+                    let (rid, has_md) = find_relay(&nd, n)
+                        .ok_or_else(|| CmdError::new(552, format!("No such router \"{n}\"")))?;
+                    let r = nd
+                        .relay(&RelayId(rid))
+                        .filter(|_| has_md)
+                        .ok_or_else(|| CmdError::new(552, format!("No descriptor for \"{n}\"")))?;
+                    hops.push(DirMgr::hop(r, &params));
+                }
+                hops
+            }
+            None => self
+                .dir()
+                .pick_path(Purpose::Exit(None), &HashSet::new())
+                .map_err(|_| CmdError::new(551, "Couldn't start circuit"))?,
+        };
+        let first = hops
+            .first()
+            .cloned()
+            .ok_or_else(|| CmdError::new(512, "No router names provided"))?;
+        let hub = self.ctx.hub.clone();
+        let cid = hub.circ_launched(&hops, controller);
+        let chanmgr = self.ctx.chanmgr.clone();
+        let timeout = self.ctx.build_timeout;
+        tokio::spawn(async move {
+            let chan = match tokio::time::timeout(timeout, chanmgr.get(&first)).await {
+                Ok(Ok(c)) => c,
+                _ => {
+                    hub.circ_failed(cid, "CONNECTFAILED");
+                    return;
+                }
+            };
+            if let Ok(c) = circuit::build_launched(chan, hops, timeout, cid).await {
+                hub.circ_handle(&Arc::new(c), true);
+            }
+        });
+        Ok(cid)
+    }
+
+    fn circuit_exists(&mut self, id: &str) -> bool {
+        self.circ_id(id).is_ok()
+    }
+
+    fn set_circuit_purpose(&mut self, id: &str, purpose: &str) -> Result<(), CmdError> {
+        let n = self.circ_id(id)?;
+        let p = match purpose.to_ascii_lowercase().as_str() {
+            "general" => "GENERAL",
+            "controller" => "CONTROLLER",
+            _ => return Err(CmdError::new(552, format!("Unknown purpose \"{purpose}\""))),
+        };
+        self.ctx.hub.with_circ(n, |e| e.status.purpose = p);
+        Ok(())
+    }
+
+    fn attach_stream(
+        &mut self,
+        stream: &str,
+        circ: &str,
+        hop: Option<u32>,
+    ) -> Result<(), CmdError> {
+        let hub = &self.ctx.hub;
+        let unknown = || CmdError::new(552, format!("Unknown stream \"{stream}\""));
+        let sid = stream.parse::<u64>().map_err(|_| unknown())?;
+        hub.with_stream(sid, |_| ()).ok_or_else(unknown)?;
+        if circ == "0" {
+            return Err(CmdError::new(
+                551,
+                "Attaching to circuit 0 (giving the stream back) is not supported",
+            ));
+        }
+        let cid = self.circ_id(circ)?;
+        let (c, built, len) = hub
+            .with_circ(cid, |e| {
+                let c = e
+                    .strong
+                    .clone()
+                    .or_else(|| e.weak.as_ref().and_then(|w| w.upgrade()));
+                (c, e.status.status == "BUILT", e.relays.len())
+            })
+            .ok_or_else(|| CmdError::new(552, format!("Unknown circuit \"{circ}\"")))?;
+        let Some(c) = c.filter(|_| built) else {
+            return Err(CmdError::new(
+                551,
+                "Can't attach stream to non-open origin circuit",
+            ));
+        };
+        if len < 2 || hop == Some(1) {
+            return Err(CmdError::new(
+                551,
+                "Can't attach stream to this one-hop circuit.",
+            ));
+        }
+        if hop.is_some_and(|h| usize::try_from(h).ok() != Some(len)) {
+            return Err(CmdError::new(
+                551,
+                "Attaching to a hop other than the last is not supported",
+            ));
+        }
+        let tx = hub
+            .with_stream(sid, |e| e.attach.take())
+            .flatten()
+            .ok_or_else(|| CmdError::new(555, "Connection is not managed by controller."))?;
+        tx.send(c).map_err(|_| unknown())
+    }
+
+    fn close_stream(&mut self, stream: &str, _reason: u8) -> Result<(), CmdError> {
+        let unknown = || CmdError::new(552, format!("Unknown stream \"{stream}\""));
+        let sid = stream.parse::<u64>().map_err(|_| unknown())?;
+        let tx = self
+            .ctx
+            .hub
+            .with_stream(sid, |e| e.close.take())
+            .ok_or_else(unknown)?;
+        if let Some(tx) = tx {
+            let _ = tx.send(_reason);
+        }
+        Ok(())
+    }
+
+    fn close_circuit(&mut self, circ: &str, if_unused: bool) -> Result<(), CmdError> {
+        let n = self.circ_id(circ)?;
+        let hub = &self.ctx.hub;
+        if if_unused && hub.with_circ(n, |e| e.streams > 0).unwrap_or(false) {
+            return Ok(());
+        }
+        if let Some(mut e) = hub.take_circ(n) {
+            if let Some((chan, id, credits)) = e.chan.take() {
+                credits.close();
+                chan.try_send(crate::reactor::ChanCommand::Destroy { circ_id: id });
+            }
+            e.status.status = "CLOSED";
+            e.status.reason = Some("REQUESTED");
+            let line = e.status.line();
+            hub.emit("CIRC", || {
+                onionmix_frontend::control::reply::event(&format!("CIRC {line}"))
+            });
+        }
+        Ok(())
+    }
+
+    fn add_onion(&mut self, req: &AddOnion) -> Result<AddedOnion, CmdError> {
+        self.add_onion_impl(req)
+    }
+
+    fn del_onion(&mut self, service_id: &str) -> Result<(), CmdError> {
+        self.del_onion_impl(service_id)
+    }
+
+    fn client_auth_add(&mut self, cred: ClientAuthCred) -> Result<AuthAdded, CmdError> {
+        self.client_auth_add_impl(cred)
+    }
+
+    fn client_auth_remove(&mut self, address: &str) -> Result<bool, CmdError> {
+        self.client_auth_remove_impl(address)
+    }
+
+    fn client_auth_view(&mut self) -> Vec<ClientAuthCred> {
+        self.client_auth_view_impl()
+    }
+
+    fn set_owner(&mut self, owning: bool) {
+        self.owning.store(owning, Ordering::Relaxed);
+    }
+}
