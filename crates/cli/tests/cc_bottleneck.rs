@@ -152,7 +152,7 @@ fn bottleneck_10mbit_is_filled_without_bufferbloat() {
         .links
         .iter()
         .find(|l| l.info.label().contains("omclient0") && l.info.label().starts_with("down"))
-        .map(|l| l.counters.clone());
+        .map(|l| l.counters);
     eprintln!(
         "10 Mbit/s downlink: goodput {goodput:.2} Mbit/s after the first {} MiB; echo RTT median idle {idle:?}, loaded {loaded:?}; downlink counters {down:?}",
         RAMP >> 20

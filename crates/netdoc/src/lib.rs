@@ -30,6 +30,7 @@ pub mod path;
 pub mod routerdesc;
 pub mod srv;
 pub mod types;
+pub mod vanguards;
 pub mod vote;
 
 pub use authority::{AuthCertificate, AuthorityConfig, CertError, merge_certificates};

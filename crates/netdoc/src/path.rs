@@ -120,6 +120,7 @@ pub struct PathBuilder<'a> {
     guards: Option<(&'a GuardSet, SystemTime)>,
     exclude: Option<&'a std::collections::HashSet<RsaId>>,
     only: &'a NodeRestrictions,
+    layer2: Option<&'a [RsaId]>,
 }
 
 /// Relays a user pinned to positions (tor's `EntryNodes`, `MiddleNodes`,
@@ -151,6 +152,7 @@ impl<'a> PathBuilder<'a> {
             guards: None,
             exclude: None,
             only: &NO_RESTRICTIONS,
+            layer2: None,
         }
     }
 
@@ -170,6 +172,16 @@ impl<'a> PathBuilder<'a> {
 
     fn excluded(&self, r: &Relay) -> bool {
         self.exclude.is_some_and(|e| e.contains(&r.rsa_id))
+    }
+
+    /// Onion-service paths with vanguards-lite: the middle (second) hop
+    /// is drawn from these layer 2 guards ([`crate::vanguards`]), which
+    /// need only differ from the guard and the last hop (tor applies no
+    /// family or subnet rule to them). No member fits: no path.
+    #[must_use]
+    pub fn with_layer2(mut self, set: &'a [RsaId]) -> Self {
+        self.layer2 = Some(set);
+        self
     }
 
     /// Use the guard set: the first hop is its first usable primary guard
@@ -280,6 +292,23 @@ impl<'a> PathBuilder<'a> {
         need_stable: bool,
     ) -> Result<(&'a Relay, &'a Relay), PathError> {
         let guard = self.choose_guard(rng, exit, need_stable)?;
+        if let Some(set) = self.layer2 {
+            let l2: Vec<&Relay> = set
+                .iter()
+                .filter_map(|id| self.netdir.relay_by_rsa_id(id))
+                .filter(|r| {
+                    !self.excluded(r)
+                        && r.flags
+                            .contains(RelayFlags::RUNNING.with(RelayFlags::VALID))
+                        && r.rsa_id != exit.rsa_id
+                        && r.rsa_id != guard.rsa_id
+                })
+                .collect();
+            let middle =
+                choose_weighted(rng, &l2, |r| self.netdir.relay_weight(r, Position::Middle))
+                    .ok_or(PathError::NoMiddle)?;
+            return Ok((guard, middle));
+        }
         let middles: Vec<&Relay> = self
             .netdir
             .relays()

@@ -60,6 +60,11 @@ pub struct ClientConfig {
     /// this and twice this (tor's `CircuitsAvailableTimeout`).
     #[serde(default = "default_available")]
     pub circuits_available_timeout_secs: u64,
+    /// Vanguards-lite (proposal 333; tor's `VanguardsLiteEnabled`, on by
+    /// default): the second hop of onion-service circuits comes from a
+    /// small set of layer 2 guards kept for days.
+    #[serde(default = "default_true")]
+    pub vanguards_lite: bool,
     /// Send the application's first bytes right after BEGIN, before
     /// CONNECTED, to exits that support it (proposal 181).
     #[serde(default = "default_true")]

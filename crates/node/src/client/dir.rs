@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
+use onionmix_netdoc::vanguards::{Layer2Set, VanguardParams};
 use rand::seq::SliceRandom;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -62,6 +63,8 @@ pub struct DirMgr {
     netdir: RwLock<Option<Arc<NetDir>>>,
     certs: Mutex<Vec<AuthCertificate>>,
     guards: Mutex<GuardSet>,
+    /// Vanguards-lite layer 2 guards (memory only, as in tor).
+    layer2: Mutex<Layer2Set>,
     path_cfg: PathConfig,
     only: onionmix_netdoc::NodeRestrictions,
     guard_file: PathBuf,
@@ -116,6 +119,7 @@ impl DirMgr {
             refresh_at: Mutex::new(None),
             certs: Mutex::new(Vec::new()),
             guards: Mutex::new(guards),
+            layer2: Mutex::new(Layer2Set::default()),
             path_cfg,
             only,
             guard_file,
@@ -425,10 +429,27 @@ impl DirMgr {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let now = crate::clock::now();
+        let layer2 = if self.cfg.vanguards_lite {
+            let mut set = self.layer2.lock().unwrap_or_else(|e| e.into_inner());
+            let params = VanguardParams::from_consensus(nd.params());
+            set.maintain(
+                &nd,
+                crate::clock::to_unix(now),
+                &params,
+                &mut rand::thread_rng(),
+            );
+            Some(set.ids())
+        } else {
+            None
+        };
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)
             .excluding(avoid)
             .restricted(&self.only);
+        let pb = match &layer2 {
+            Some(ids) => pb.with_layer2(ids),
+            None => pb,
+        };
         let mut rng = rand::thread_rng();
         let params = Arc::new(CcParams::from_consensus(nd.params()));
         let Purpose::Exit(port) = purpose;
@@ -476,7 +497,9 @@ impl DirMgr {
 
     /// A 3-hop internal path (guard, middle, last; exit policies ignored)
     /// whose last hop satisfies `last_ok`, avoiding `avoid` in every
-    /// position: the start of onion-service circuits (rend-spec-v3).
+    /// position: the start of onion-service circuits (rend-spec-v3). With
+    /// vanguards-lite (the default) the middle is one of the layer 2
+    /// guards, kept up to date here.
     pub fn internal_path(
         &self,
         avoid: &HashSet<[u8; 20]>,
