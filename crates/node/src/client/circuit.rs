@@ -360,38 +360,10 @@ async fn build_inner(
         .map_err(|e| hop_err(0, &first, e))?;
         report(1);
         for (i, hop) in path.iter().enumerate().skip(1) {
-            let (state, htype, onionskin) = glue::handshake_start(hop, want_cc && i == last);
-            let msg = Extend2 {
-                specs: hop.link_specs(),
-                create: Create2 {
-                    htype,
-                    hdata: onionskin,
-                },
-            };
-            let created = chan
-                .request(|reply| ChanCommand::Extend {
-                    circ_id,
-                    msg,
-                    reply,
-                })
-                .await
-                .map_err(|e| hop_err(i, hop, e))?;
-            let keys = glue::handshake_finish(state, &created.hdata, &params).map_err(|e| {
-                BuildError::Hop {
-                    hop: i,
-                    relay: hop.nickname.clone(),
-                    err: e,
-                }
-            })?;
-            cc_sendme_inc = keys.cc_sendme_inc;
-            kh = keys.kh;
-            chan.send(ChanCommand::AddHop {
-                circ_id,
-                layer: keys.layer,
-                cc_sendme_inc: keys.cc_sendme_inc,
-            })
-            .await
-            .map_err(|e| hop_err(i, hop, e))?;
+            let (hop_kh, hop_cc) =
+                extend_hop(&chan, circ_id, i, hop, want_cc && i == last, &params).await?;
+            kh = hop_kh;
+            cc_sendme_inc = hop_cc;
             report(i + 1);
         }
         let mut guard = guard;
@@ -438,46 +410,59 @@ pub async fn extend_circuit(
     let i = c.path.len();
     let params = hop.params.clone().unwrap_or_default();
     let (chan, circ_id) = (c.chan.clone(), c.circ_id);
-    let fut = async {
-        let (state, htype, onionskin) = glue::handshake_start(&hop, false);
-        let msg = Extend2 {
-            specs: hop.link_specs(),
-            create: Create2 {
-                htype,
-                hdata: onionskin,
-            },
-        };
-        let created = chan
-            .request(|reply| ChanCommand::Extend {
-                circ_id,
-                msg,
-                reply,
-            })
-            .await
-            .map_err(|e| hop_err(i, &hop, e))?;
-        let keys = glue::handshake_finish(state, &created.hdata, &params).map_err(|e| {
-            BuildError::Hop {
-                hop: i,
-                relay: hop.nickname.clone(),
-                err: e,
-            }
-        })?;
-        chan.send(ChanCommand::AddHop {
-            circ_id,
-            layer: keys.layer,
-            cc_sendme_inc: None,
-        })
-        .await
-        .map_err(|e| hop_err(i, &hop, e))?;
-        Ok::<_, BuildError>(keys.kh)
-    };
-    let kh = tokio::time::timeout(timeout, fut)
+    let fut = extend_hop(&chan, circ_id, i, &hop, false, &params);
+    let (kh, _) = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| BuildError::Timeout(timeout))??;
     c.path.push(hop);
     c.last_hop_kh = kh;
     c.cc_sendme_inc = None;
     Ok(c)
+}
+
+/// One EXTEND2 on circuit `circ_id` to `hop` (position `i`): the
+/// handshake (asking for congestion control when `want_cc`), EXTENDED2,
+/// and the new layer added. Returns the hop's KH and, when negotiated, its
+/// `cc_sendme_inc`.
+async fn extend_hop(
+    chan: &ChannelHandle,
+    circ_id: u32,
+    i: usize,
+    hop: &HopTarget,
+    want_cc: bool,
+    params: &CcParams,
+) -> Result<([u8; 20], Option<u8>), BuildError> {
+    let (state, htype, onionskin) = glue::handshake_start(hop, want_cc);
+    let msg = Extend2 {
+        specs: hop.link_specs(),
+        create: Create2 {
+            htype,
+            hdata: onionskin,
+        },
+    };
+    let created = chan
+        .request(|reply| ChanCommand::Extend {
+            circ_id,
+            msg,
+            reply,
+        })
+        .await
+        .map_err(|e| hop_err(i, hop, e))?;
+    let keys =
+        glue::handshake_finish(state, &created.hdata, params).map_err(|e| BuildError::Hop {
+            hop: i,
+            relay: hop.nickname.clone(),
+            err: e,
+        })?;
+    let cc_sendme_inc = if want_cc { keys.cc_sendme_inc } else { None };
+    chan.send(ChanCommand::AddHop {
+        circ_id,
+        layer: keys.layer,
+        cc_sendme_inc,
+    })
+    .await
+    .map_err(|e| hop_err(i, hop, e))?;
+    Ok((keys.kh, cc_sendme_inc))
 }
 
 fn hop_err(hop: usize, t: &HopTarget, e: ReactorError) -> BuildError {
