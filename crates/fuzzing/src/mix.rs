@@ -233,6 +233,20 @@ fn node_params() -> LoopixParams {
     }
 }
 
+/// A Sphinx hop to `n` with routing entry `entry`.
+pub(crate) fn hop_to(n: &onionmix_mix::directory::NodeInfo, entry: RoutingEntry) -> Hop {
+    Hop { entry, key: n.key }
+}
+
+/// `n` as a packet's final destination.
+pub(crate) fn dest_of(n: &onionmix_mix::directory::NodeInfo) -> Dest {
+    Dest {
+        host: n.host.clone(),
+        port: n.port,
+        name: n.name.clone(),
+    }
+}
+
 fn entry(n: &onionmix_mix::directory::NodeInfo) -> RoutingEntry {
     RoutingEntry {
         host: n.host.clone(),
@@ -346,21 +360,8 @@ pub fn loopix_nodes(data: &[u8]) {
                 // A genuine packet for a client, through the provider.
                 let who = usize::from(inp.u8() & 1);
                 let c = &f.dir.clients[who].node;
-                let path = [
-                    Hop {
-                        entry: entry(prov),
-                        key: prov.key,
-                    },
-                    Hop {
-                        entry: entry(c),
-                        key: c.key,
-                    },
-                ];
-                let dest = Dest {
-                    host: c.host.clone(),
-                    port: c.port,
-                    name: c.name.clone(),
-                };
+                let path = [hop_to(prov, entry(prov)), hop_to(c, entry(c))];
+                let dest = dest_of(c);
                 let msg = inp.chunk();
                 let mut r = fixtures::rng(rng.next_u64());
                 if let Ok(b) = codec::build_packet(&profile, &path, &dest, msg, &mut r) {

@@ -1,13 +1,14 @@
 //! Seeds for the Loopix and Sphinx targets (crates/mix).
 
 use onionmix_mix::loopix::codec::{
-    self, Control, Dest, Hop, Profile, ProfileKind, RoutingEntry, legacy_pull, legacy_subscribe,
+    self, Control, Profile, ProfileKind, RoutingEntry, legacy_pull, legacy_subscribe,
 };
 use onionmix_mix::loopix::control::{AuthRequest, ControlKey, ControlKind};
 use onionmix_mix::sphinx::msgpack::Value;
 
 use super::{Seed, cat, chunk};
 use crate::fixtures::{self, NOW};
+use crate::mix::{dest_of, hop_to};
 
 pub(super) fn mix(out: &mut Vec<Seed>) {
     for kind in [ProfileKind::Sphinxmix, ProfileKind::X25519] {
@@ -25,24 +26,11 @@ pub(super) fn mix(out: &mut Vec<Seed>) {
             name: n.name.clone(),
         };
         let path = [
-            Hop {
-                entry: entry(mixn),
-                key: mixn.key,
-            },
-            Hop {
-                entry: entry(prov),
-                key: prov.key,
-            },
-            Hop {
-                entry: entry(c),
-                key: c.key,
-            },
+            hop_to(mixn, entry(mixn)),
+            hop_to(prov, entry(prov)),
+            hop_to(c, entry(c)),
         ];
-        let dest = Dest {
-            host: c.host.clone(),
-            port: c.port,
-            name: c.name.clone(),
-        };
+        let dest = dest_of(c);
         let built = codec::build_packet(
             &profile,
             &path,
