@@ -21,12 +21,15 @@ use super::{HsClient, decode, events, lock};
 use crate::client::circuit::HopTarget;
 
 impl HsClient {
-    /// The HSDir an HSFETCH without `SERVER=` asks: a responsible one
-    /// not asked for this descriptor recently (the request is noted).
-    /// None when there is none: tor then forgets the recent requests and
-    /// reports nothing; we report `HS_DESC FAILED ... UNKNOWN ...
-    /// REASON=QUERY_NO_HSDIR` so a controller is not left waiting.
-    pub fn control_fetch_pick(&self, addr: &OnionAddress) -> Option<HopTarget> {
+    /// The HSDir an HSFETCH without `SERVER=` asks, and the next one
+    /// after a request that brought no usable descriptor (tor's
+    /// `hs_client_refetch_hsdesc`): a responsible one not asked for this
+    /// descriptor recently (the request is noted). None when there is
+    /// none: tor then forgets the recent requests and reports nothing;
+    /// with `report_none` (the HSFETCH itself) we report `HS_DESC FAILED
+    /// ... UNKNOWN ... REASON=QUERY_NO_HSDIR` so a controller is not left
+    /// waiting.
+    pub fn control_fetch_pick(&self, addr: &OnionAddress, report_none: bool) -> Option<HopTarget> {
         let net = HsNet::current(&self.inner.dir).ok()?;
         let period = net.plan.fetch.period;
         let (blinded, _) = onionmix_hs::keys::blinded_public(addr, &net.schedule, period).ok()?;
@@ -49,11 +52,26 @@ impl HsClient {
             Some(h) => lock(&self.inner.hsdir_reqs).note(&blinded, &h.rsa_id, now),
             None => {
                 lock(&self.inner.hsdir_reqs).purge(&blinded);
-                let hub = self.inner.hub.get().map(|h| &**h);
-                events::FetchEvents::new(hub, addr, &blinded, &net).failed(None, "QUERY_NO_HSDIR");
+                if report_none {
+                    let hub = self.inner.hub.get().map(|h| &**h);
+                    events::FetchEvents::new(hub, addr, &blinded, &net)
+                        .failed(None, "QUERY_NO_HSDIR");
+                }
             }
         }
         picked
+    }
+
+    /// Whether the cache holds a descriptor of `addr` with introduction
+    /// points (tor stops asking HSDirs then).
+    pub fn control_has_desc(&self, addr: &OnionAddress) -> bool {
+        let Ok(net) = HsNet::current(&self.inner.dir) else {
+            return false;
+        };
+        let now = crate::clock::now_unix();
+        lock(&self.inner.descs)
+            .get(addr.key(), net.plan.fetch.period, now)
+            .is_some_and(|d| !d.content.intro_points.is_empty())
     }
 
     /// One HSFETCH request to `hsdir`, reported with `HS_DESC` /

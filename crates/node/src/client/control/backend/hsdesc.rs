@@ -30,26 +30,53 @@ pub const MAX_CONTROL_HS_REQUESTS: usize = 32;
 /// Largest answer read from an HSDir after an upload.
 const UPLOAD_ANSWER_MAX: usize = 64 * 1024;
 
-/// tor's `node_get_by_hex_id`: `$FP`, `FP`, `$FP~nick` (the nickname must
-/// match); `$FP=nick` names nothing any more (no relay is Named). The
-/// relay must be in the consensus with a microdescriptor (to be reached).
-pub fn server_hop(nd: &NetDir, spec: &str) -> Option<HopTarget> {
+/// The relay id of a `SERVER=` as tor's `node_get_by_hex_id` reads it:
+/// `$FP`, `FP`, or either followed by `~nick` (any nickname of up to 19
+/// characters: tor 0.4.9 does not compare it) or `=nick` (names nothing
+/// any more: no relay is Named).
+pub fn server_id(spec: &str) -> Option<[u8; 20]> {
     let s = spec.strip_prefix('$').unwrap_or(spec);
-    let (hex_id, nick) = match s.find(['~', '=']) {
-        Some(i) => (s.get(..i)?, Some((s.get(i..i + 1)?, s.get(i + 1..)?))),
-        None => (s, None),
-    };
-    if hex_id.len() != 40 || !hex_id.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    let id: [u8; 20] = hex::decode(hex_id).ok()?.try_into().ok()?;
-    let relay = nd.relay_by_rsa_id(&id)?;
-    match nick {
+    let hex_id = s.get(..40)?;
+    match s.as_bytes().get(40) {
         None => {}
-        Some(("~", n)) if n.eq_ignore_ascii_case(&relay.nickname) => {}
+        Some(b'~') if s.len() <= 40 + 1 + 19 => {}
         Some(_) => return None,
     }
-    Some(DirMgr::hs_hop(relay))
+    if !hex_id.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    hex::decode(hex_id).ok()?.try_into().ok()
+}
+
+/// The relay a `SERVER=` names ([`server_id`]); it must be in the
+/// consensus with a microdescriptor (to be reached).
+pub fn server_hop(nd: &NetDir, spec: &str) -> Option<HopTarget> {
+    nd.relay_by_rsa_id(&server_id(spec)?).map(DirMgr::hs_hop)
+}
+
+/// HSFETCH requests in flight per service (tor's
+/// `directory_request_is_pending`); bounded by the request permits.
+#[derive(Debug, Default)]
+pub struct PendingFetches(std::sync::Mutex<std::collections::HashMap<[u8; 32], usize>>);
+
+impl PendingFetches {
+    fn start(&self, key: &[u8; 32]) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(*key).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+
+    /// One request for `key` ended; how many are still in flight.
+    fn finish(&self, key: &[u8; 32]) -> usize {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let left = m.get(key).map_or(0, |n| n.saturating_sub(1));
+        if left == 0 {
+            m.remove(key);
+        } else {
+            m.insert(*key, left);
+        }
+        left
+    }
 }
 
 /// `n` permits of `sem`, one per request (each released when its request
@@ -109,15 +136,27 @@ impl ClientBackend {
         let n = targets.len().max(1);
         let mut permits = self.permits(n)?;
         if targets.is_empty() {
-            match hs.control_fetch_pick(&addr) {
+            match hs.control_fetch_pick(&addr, true) {
                 Some(h) => targets.push(h),
                 None => return Ok(()),
             }
         }
         for hsdir in targets {
             let (hs, addr, permit) = (hs.clone(), addr, permits.pop());
+            let pending = self.ctx.hs_pending.clone();
+            pending.start(addr.key());
             tokio::spawn(async move {
                 hs.control_fetch_from(&addr, &hsdir).await;
+                // tor: a request that ends without a usable descriptor,
+                // none other pending, is followed by one to the next
+                // responsible HSDir not asked recently, until none is left.
+                while pending.finish(addr.key()) == 0 && !hs.control_has_desc(&addr) {
+                    let Some(next) = hs.control_fetch_pick(&addr, false) else {
+                        break;
+                    };
+                    pending.start(addr.key());
+                    hs.control_fetch_from(&addr, &next).await;
+                }
                 drop(permit);
             });
         }
@@ -267,6 +306,35 @@ mod tests {
                 format!("650 HS_DESC {want}\r\n")
             );
         }
+    }
+
+    #[test]
+    fn server_ids_as_tor_reads_them() {
+        let fp = "0A".repeat(20);
+        let id = Some([0x0a; 20]);
+        assert_eq!(server_id(&format!("${fp}")), id);
+        assert_eq!(server_id(&fp), id);
+        assert_eq!(server_id(&format!("${fp}~anynick")), id);
+        assert_eq!(server_id(&format!("${fp}~")), id);
+        assert_eq!(server_id(&format!("${fp}~{}", "n".repeat(20))), None);
+        assert_eq!(server_id(&format!("${fp}=nick")), None);
+        assert_eq!(server_id(&format!("${fp}0")), None);
+        assert_eq!(server_id(&fp[..39]), None);
+        assert_eq!(server_id("nickname"), None);
+        assert_eq!(server_id(""), None);
+        assert_eq!(server_id(&format!("${}", "ZZ".repeat(20))), None);
+        assert_eq!(server_id(&format!("{}é", "0".repeat(39))), None);
+    }
+
+    #[test]
+    fn pending_fetches_counted_and_forgotten() {
+        let p = PendingFetches::default();
+        p.start(&[1; 32]);
+        p.start(&[1; 32]);
+        assert_eq!(p.finish(&[1; 32]), 1);
+        assert_eq!(p.finish(&[1; 32]), 0);
+        assert_eq!(p.finish(&[1; 32]), 0);
+        assert!(p.0.lock().unwrap().is_empty());
     }
 
     #[test]
