@@ -15,8 +15,9 @@ runs gives HS_DESC FAILED REASON=NOT_FOUND (stem raises
 DescriptorUnavailable) from every responsible HSDir, asked one after the
 other; HSPOST of the fetched descriptor answers 250 and
 every responsible HSDir answers with an HS_DESC event (no UPLOAD event,
-as tor: the HSDirs already hold that revision, so they refuse it with
-UPLOAD_REJECTED); HSPOST with SERVER= gets one answer, from that HSDir.
+as tor; those that hold that revision already refuse it with
+UPLOAD_REJECTED); HSPOST with SERVER= naming an HSDir that does not hold
+it gets one answer, UPLOADED, from that HSDir.
 """
 
 import argparse
@@ -150,19 +151,29 @@ def main():
     ap.add_argument("--password", required=True)
     ap.add_argument("--sink", required=True, help="host:port of the sink's HTTP server")
     ap.add_argument("--publish-timeout", type=float, default=300)
+    ap.add_argument("--hsdirs", type=int, default=0, help="HSDirs to wait for in the consensus")
     a = ap.parse_args()
     r = {}
     chost, cport = hostport(a.control)
 
     with Controller.from_port(address=chost, port=cport) as c:
         c.authenticate(password=a.password)
-        statuses = list(c.get_network_statuses())
-        hsdirs = {s.fingerprint: s.nickname for s in statuses if "HSDir" in s.flags}
-        r["hsdirs_known"] = len(hsdirs) > 0
+        # A young network adds HSDirs for a while: wait until the
+        # consensus lists them all, so the hash ring stays put.
+        deadline = time.time() + 300
+        while True:
+            statuses = list(c.get_network_statuses())
+            hsdirs = {s.fingerprint: s.nickname for s in statuses if "HSDir" in s.flags}
+            if len(hsdirs) >= a.hsdirs or time.time() > deadline:
+                break
+            time.sleep(5)
+        r["hsdirs_known"] = len(hsdirs) >= max(a.hsdirs, 1)
         fp0 = sorted(hsdirs)[0] if hsdirs else "0" * 40
 
         ev = queue.Queue()
+        seen = []
         c.add_event_listener(lambda e: ev.put(str(e)), EventType.HS_DESC)
+        c.add_event_listener(lambda e: seen.append(str(e)), EventType.HS_DESC)
         try:
             svc = c.create_ephemeral_hidden_service(
                 {80: a.sink}, await_publication=True, timeout=a.publish_timeout
@@ -239,16 +250,20 @@ def main():
         if failed:
             r["unknown_failed_example"] = failed[0]
 
-        # HSPOST of the fetched descriptor to the responsible HSDirs (all
-        # of this small network's): 250, then one answer from each.
+        # HSPOST of the fetched descriptor to the responsible HSDirs
+        # (hsdir_n_replicas * hsdir_spread_store = 8 of them): 250, then
+        # one answer from each. Those that hold this revision already
+        # refuse it (UPLOAD_REJECTED); which ones do depends on where in
+        # the time period the network is, so only the count is compared.
+        responsible = min(8, len(hsdirs))
         if text:
             drain(ev)
             r["post_reply"] = raw(c, "HSPOST HSADDRESS=%s\n%s" % (sid, text))
-            got4 = wait_answers(ev, sid, len(hsdirs), 180)
+            got4 = wait_answers(ev, sid, responsible, 180)
             answers = [l for l in got4 if action(l) in ("UPLOADED", "FAILED")]
-            r["post_answers_from_every_hsdir"] = sorted(
+            r["post_answers_from_every_responsible"] = len(
                 {l.split(" ")[4].split("~")[0].lstrip("$") for l in answers}
-            ) == sorted(hsdirs)
+            ) == responsible
             r["post_answer_count"] = len(answers)
             r["post_upload_events"] = len([l for l in got4 if action(l) == "UPLOAD"])
             r["post_outcomes"] = sorted(
@@ -264,17 +279,33 @@ def main():
             if answers:
                 r["post_example"] = answers[0]
 
-            # With SERVER=: one answer, from that HSDir.
+            # With SERVER=: one answer, from that HSDir; an HSDir that does
+            # not hold the descriptor stores it (UPLOADED).
+            # Who holds it: the service's UPLOAD events of it so far.
+            held = set()
+            for l in list(seen):
+                f = l.split(" ")
+                if sid in l and action(l) == "UPLOAD" and len(f) > 5 and f[5] in desc_ids:
+                    held.add(f[4].split("~")[0].lstrip("$"))
+            others = sorted(set(hsdirs) - held)
+            r["post_nonholder_exists"] = bool(held) and bool(others)
+            target = others[0] if others else fp0
             drain(ev)
             r["post_server_reply"] = raw(
-                c, "HSPOST SERVER=$%s HSADDRESS=%s\n%s" % (fp0, sid, text)
+                c, "HSPOST SERVER=$%s HSADDRESS=%s\n%s" % (target, sid, text)
             )
             got5 = wait_answers(ev, sid, 1, 120)
             answers5 = [l for l in got5 if action(l) in ("UPLOADED", "FAILED")]
             r["post_server_answers"] = sorted(
-                {l.split(" ")[4].split("~")[0].lstrip("$") == fp0 for l in answers5}
+                {l.split(" ")[4].split("~")[0].lstrip("$") == target for l in answers5}
             )
             r["post_server_answer_count"] = len(answers5)
+            r["post_server_outcomes"] = sorted({action(l) for l in answers5})
+            r["post_server_format"] = bool(answers5) and all(
+                re.match(FORMATS[action(l)], l) for l in answers5
+            )
+            if answers5:
+                r["post_server_example"] = answers5[0]
         c.remove_ephemeral_hidden_service(sid)
 
         # Last, as some of them start fetches (tor does not compare the

@@ -18,7 +18,9 @@
 //! onionmix client and the stock tor client of a second network: argument
 //! errors byte for byte, stem's `get_hidden_service_descriptor` of a
 //! running service (with and without `SERVER=`) and of an address nobody
-//! runs, and HSPOST of the fetched descriptor; the reports must agree.
+//! runs, and HSPOST of the fetched descriptor (to the responsible HSDirs,
+//! and to one that does not hold it, which stores it); the reports must
+//! agree.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
@@ -136,6 +138,7 @@ fn hsfetch_report(py: &Path, client: &NodeInfo, sink: &str) -> serde_json::Value
     let mut cmd = Command::new(py);
     cmd.arg(ts::repo_root().join("scripts/stem/hsfetch_check.py"))
         .args(["--control", &addr(client, client.control_port)])
+        .args(["--hsdirs", &HSFETCH_HSDIRS.to_string()])
         .args(["--password", CONTROL_PASSWORD])
         .args(["--sink", sink]);
     run_json(
@@ -144,6 +147,10 @@ fn hsfetch_report(py: &Path, client: &NodeInfo, sink: &str) -> serde_json::Value
         Duration::from_secs(1200),
     )
 }
+
+/// Relays of the HSFETCH network (3 authorities, 6 relays, 2 exits), all
+/// HSDirs once the authorities have seen them.
+const HSFETCH_HSDIRS: usize = 11;
 
 /// HSFETCH / HSPOST checks that must hold for both implementations.
 const HSFETCH_TRUE: &[&str] = &[
@@ -157,7 +164,9 @@ const HSFETCH_TRUE: &[&str] = &[
     "fetch_server_ok",
     "unknown_failed_format",
     "unknown_every_request_failed",
-    "post_answers_from_every_hsdir",
+    "post_answers_from_every_responsible",
+    "post_nonholder_exists",
+    "post_server_format",
     "post_format",
     "post_descid_is_fetched",
 ];
@@ -175,10 +184,13 @@ fn stem_hsfetch_and_hspost_on_both_clients() {
     }
     let py = stem.unwrap();
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = control_spec(
+    // More HSDirs than a descriptor is stored on (8), so that some do not
+    // hold it and accept it from HSPOST.
+    let spec = common_net::control_spec_with_relays(
         "control-hsfetch",
         "onionmix-hs's relays; an onionmix client and a stock tor client, with control ports",
         1,
+        6,
     );
     let net = common_net::start_spec(&spec, dir.path());
     let info = net.info().clone();
@@ -207,6 +219,17 @@ fn stem_hsfetch_and_hspost_on_both_clients() {
         assert_eq!(r["post_reply"], "250 OK", "{who}: {r}");
         assert_eq!(r["post_upload_events"], 0, "{who}: {r}");
         assert_eq!(r["post_server_answer_count"], 1, "{who}: {r}");
+        assert_eq!(
+            r["post_server_outcomes"],
+            serde_json::json!(["UPLOADED"]),
+            "{who}: {r}"
+        );
+        for o in r["post_outcomes"].as_array().unwrap() {
+            assert!(
+                o == "UPLOADED" || o == "FAILED UPLOAD_REJECTED",
+                "{who}: {r}"
+            );
+        }
     }
     let strip = |v: &serde_json::Value| {
         let mut v = v.clone();
@@ -214,7 +237,7 @@ fn stem_hsfetch_and_hspost_on_both_clients() {
             !(k.ends_with("_example")
                 || matches!(
                     k.as_str(),
-                    "unknown_failed_count" | "unknown_requested_count"
+                    "unknown_failed_count" | "unknown_requested_count" | "post_outcomes"
                 ))
         });
         v
