@@ -105,6 +105,17 @@ pub const CONTROL_PASSWORD: &str = "correct horse";
 /// one stock tor client, every client with a control port that accepts
 /// [`CONTROL_PASSWORD`].
 pub fn control_spec(name: &str, description: &str, onionmix_clients: usize) -> Spec {
+    control_spec_with_relays(name, description, onionmix_clients, 3)
+}
+
+/// [`control_spec`] with `relays` middle relays (besides the three
+/// authorities and two exits, all HSDirs).
+pub fn control_spec_with_relays(
+    name: &str,
+    description: &str,
+    onionmix_clients: usize,
+    relays: usize,
+) -> Spec {
     let hash = onionmix_frontend::control::auth::HashedPassword::new(
         CONTROL_PASSWORD.as_bytes(),
         [0x5a; 8],
@@ -124,7 +135,7 @@ count = 3
 [[nodes]]
 impl = "onionmix"
 role = "relay"
-count = 3
+count = {relays}
 
 [[nodes]]
 impl = "onionmix"

@@ -13,6 +13,14 @@
 //! client once ONION_CLIENT_AUTH_ADD gave it the key; a fetching client's
 //! `HSDIR_INDEX` equals the one the other implementation's service
 //! uploaded with.
+//!
+//! HSFETCH / HSPOST (`scripts/stem/hsfetch_check.py`) run against the
+//! onionmix client and the stock tor client of a second network: argument
+//! errors byte for byte, stem's `get_hidden_service_descriptor` of a
+//! running service (with and without `SERVER=`) and of an address nobody
+//! runs, and HSPOST of the fetched descriptor (to the responsible HSDirs,
+//! and to one that does not hold it, which stores it); the reports must
+//! agree.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
@@ -123,6 +131,119 @@ fn check_key(r: &serde_json::Value, who: &str) {
         "{who}: the key implies the ServiceID"
     );
     assert_eq!(r["collision"], "550 Onion address collision", "{who}: {r}");
+}
+
+/// Run `hsfetch_check.py` against `client`; its report.
+fn hsfetch_report(py: &Path, client: &NodeInfo, sink: &str) -> serde_json::Value {
+    let mut cmd = Command::new(py);
+    cmd.arg(ts::repo_root().join("scripts/stem/hsfetch_check.py"))
+        .args(["--control", &addr(client, client.control_port)])
+        .args(["--hsdirs", &HSFETCH_HSDIRS.to_string()])
+        .args(["--password", CONTROL_PASSWORD])
+        .args(["--sink", sink]);
+    run_json(
+        cmd,
+        &format!("stem HSFETCH/HSPOST against {}", client.name),
+        Duration::from_secs(1200),
+    )
+}
+
+/// Relays of the HSFETCH network (3 authorities, 6 relays, 2 exits), all
+/// HSDirs once the authorities have seen them.
+const HSFETCH_HSDIRS: usize = 11;
+
+/// HSFETCH / HSPOST checks that must hold for both implementations.
+const HSFETCH_TRUE: &[&str] = &[
+    "hsdirs_known",
+    "published",
+    "fetch_ok",
+    "fetch_requested_format",
+    "fetch_received_format",
+    "fetch_v3_parses",
+    "fetch_desc_has_signature",
+    "fetch_server_ok",
+    "unknown_failed_format",
+    "unknown_every_request_failed",
+    "post_answers_from_every_responsible",
+    "post_nonholder_exists",
+    "post_server_format",
+    "post_format",
+    "post_descid_is_fetched",
+];
+
+#[test]
+fn stem_hsfetch_and_hspost_on_both_clients() {
+    let _g = ts::serial();
+    let stem = ts::stem_python_check();
+    let have_tor = ts::tor_check();
+    if !ts::require_or_skip(
+        "stem_hsfetch_and_hspost_on_both_clients",
+        stem.clone().map(|_| ()).and(have_tor),
+    ) {
+        return;
+    }
+    let py = stem.unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // More HSDirs than a descriptor is stored on (8), so that some do not
+    // hold it and accept it from HSPOST.
+    let spec = common_net::control_spec_with_relays(
+        "control-hsfetch",
+        "onionmix-hs's relays; an onionmix client and a stock tor client, with control ports",
+        1,
+        6,
+    );
+    let net = common_net::start_spec(&spec, dir.path());
+    let info = net.info().clone();
+    let sink = info.sink.clone().expect("sink").http.to_string();
+    let ours = info.clients(Some(Implementation::Onionmix))[0].clone();
+    let stock = info.clients(Some(Implementation::Tor))[0].clone();
+    let r_ours = hsfetch_report(&py, &ours, &sink);
+    eprintln!("HSFETCH/HSPOST against onionmix: {r_ours}");
+    let r_tor = hsfetch_report(&py, &stock, &sink);
+    eprintln!("HSFETCH/HSPOST against stock tor: {r_tor}");
+    for (who, r) in [("onionmix", &r_ours), ("stock tor", &r_tor)] {
+        for k in HSFETCH_TRUE {
+            assert_eq!(r[*k], true, "{who}: {k} in {r}");
+        }
+        assert_eq!(r["fetch_requested_count"], 1, "{who}: {r}");
+        assert_eq!(r["fetch_received_count"], 1, "{who}: {r}");
+        assert_eq!(
+            r["fetch_server_asked"],
+            serde_json::json!([true]),
+            "{who}: {r}"
+        );
+        assert_eq!(
+            r["unknown_fetch_error"], "No running hidden service at <id>.onion",
+            "{who}: {r}"
+        );
+        assert_eq!(r["post_reply"], "250 OK", "{who}: {r}");
+        assert_eq!(r["post_upload_events"], 0, "{who}: {r}");
+        assert_eq!(r["post_server_answer_count"], 1, "{who}: {r}");
+        assert_eq!(
+            r["post_server_outcomes"],
+            serde_json::json!(["UPLOADED"]),
+            "{who}: {r}"
+        );
+        for o in r["post_outcomes"].as_array().unwrap() {
+            assert!(
+                o == "UPLOADED" || o == "FAILED UPLOAD_REJECTED",
+                "{who}: {r}"
+            );
+        }
+    }
+    let strip = |v: &serde_json::Value| {
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().retain(|k, _| {
+            !(k.ends_with("_example")
+                || matches!(
+                    k.as_str(),
+                    "unknown_failed_count" | "unknown_requested_count" | "post_outcomes"
+                ))
+        });
+        v
+    };
+    assert_eq!(strip(&r_ours), strip(&r_tor));
+    drop(net);
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod client_auth;
 mod commands;
 pub mod events;
 pub mod framing;
+pub mod hsdesc;
 pub mod onion;
 pub mod reply;
 pub mod session;
@@ -19,6 +20,7 @@ mod session_tests;
 
 pub use client_auth::{AuthAdded, ClientAuthCred};
 pub use framing::{FrameError, Framer, RawCommand};
+pub use hsdesc::{HsFetch, HsPost};
 pub use onion::{AddOnion, AddedOnion, HsDescEvent, HsDirName, OnionKey};
 pub use reply::Reply;
 pub use session::{AuthConfig, Backend, CmdError, ConfError, Info, Outcome, Session, Signal};

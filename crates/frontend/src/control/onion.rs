@@ -384,8 +384,10 @@ pub fn hs_desc_event(address: &str, blinded: &[u8; 32], ev: &HsDescEvent) -> Vec
         HsDescEvent::Uploaded { hsdir } => {
             format!("HS_DESC UPLOADED {address} UNKNOWN {}", hsdir.long())
         }
+        // tor 0.4.9 reports a failed v3 upload as a failed fetch
+        // (`hs_control_desc_event_failed`): NO_AUTH and the descriptor id.
         HsDescEvent::UploadFailed { hsdir, reason } => format!(
-            "HS_DESC FAILED {address} UNKNOWN {} REASON={reason}",
+            "HS_DESC FAILED {address} NO_AUTH {} {id} REASON={reason}",
             hsdir.long()
         ),
     };

@@ -281,7 +281,7 @@ fn hs_desc_lines() {
             hsdir: d.clone(),
             reason: "UPLOAD_REJECTED"
         }),
-        format!("650 HS_DESC FAILED {addr} UNKNOWN {fp} REASON=UPLOAD_REJECTED\r\n")
+        format!("650 HS_DESC FAILED {addr} NO_AUTH {fp} {id} REASON=UPLOAD_REJECTED\r\n")
     );
     assert_eq!(
         String::from_utf8(hs_desc_content_event(&addr, &blinded, Some(&d), "a\n.b\n")).unwrap(),

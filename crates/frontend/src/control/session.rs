@@ -11,6 +11,7 @@ use super::client_auth::{self, AuthAdded, ClientAuthCred};
 use super::commands;
 use super::events::EventMask;
 use super::framing::RawCommand;
+use super::hsdesc::{self, HsFetch, HsPost};
 use super::onion::{self, AddOnion, AddedOnion};
 use super::reply::Reply;
 use super::syntax::{self, KvFlags, SyntaxError, decode_hex, positional, quote};
@@ -177,6 +178,17 @@ pub trait Backend {
     fn client_auth_remove(&mut self, address: &str) -> Result<bool, CmdError>;
     /// ONION_CLIENT_AUTH_VIEW: every credential the client holds.
     fn client_auth_view(&mut self) -> Vec<ClientAuthCred>;
+    /// Whether an HSFETCH / HSPOST `SERVER=` names a relay of the
+    /// consensus (tor's `node_get_by_hex_id`: `$FP`, `FP`, `$FP~nick`).
+    fn hs_server_known(&mut self, server: &str) -> bool;
+    /// HSFETCH (arguments checked): start the fetch(es) and return at
+    /// once (`250 OK` is sent before any of the `HS_DESC` /
+    /// `HS_DESC_CONTENT` events that report them).
+    fn hs_fetch(&mut self, req: &HsFetch) -> Result<(), CmdError>;
+    /// HSPOST (arguments checked): check the descriptor (tor's 554
+    /// `Invalid descriptor`), start the uploads and return at once; the
+    /// `HS_DESC UPLOADED` / `FAILED` events report them.
+    fn hs_post(&mut self, req: HsPost) -> Result<(), CmdError>;
 }
 
 /// Authentication settings.
@@ -264,10 +276,8 @@ const UNIMPLEMENTED: &[&str] = &[
     "RESOLVE",
     "DROPGUARDS",
     "DROPTIMEOUTS",
-    "HSFETCH",
     "+LOADCONF",
     "+POSTDESCRIPTOR",
-    "+HSPOST",
 ];
 
 impl Session {
@@ -359,6 +369,8 @@ impl Session {
             "ONION_CLIENT_AUTH_ADD" => client_auth::add(args, b),
             "ONION_CLIENT_AUTH_REMOVE" => client_auth::remove(args, b),
             "ONION_CLIENT_AUTH_VIEW" => client_auth::view(args, b),
+            "HSFETCH" => hsdesc::hsfetch(&cmd.keyword, args, b),
+            "+HSPOST" => hsdesc::hspost(&cmd.keyword, args, cmd.data.as_deref(), b),
             "SETROUTERPURPOSE" => out(Reply::single(511, "SETROUTERPURPOSE is obsolete."), false),
             _ if UNIMPLEMENTED.contains(&kw) => out(
                 Reply::single(511, &format!("Unimplemented command \"{}\"", cmd.keyword)),

@@ -21,6 +21,9 @@ struct Mock {
     attached: Vec<(String, String)>,
     onions: Vec<String>,
     creds: Vec<super::client_auth::ClientAuthCred>,
+    servers: Vec<String>,
+    fetches: Vec<super::hsdesc::HsFetch>,
+    posts: Vec<super::hsdesc::HsPost>,
 }
 
 impl Backend for Mock {
@@ -168,6 +171,20 @@ impl Backend for Mock {
     fn client_auth_view(&mut self) -> Vec<super::client_auth::ClientAuthCred> {
         self.creds.clone()
     }
+    fn hs_server_known(&mut self, server: &str) -> bool {
+        self.servers.iter().any(|s| s == server)
+    }
+    fn hs_fetch(&mut self, req: &super::hsdesc::HsFetch) -> Result<(), CmdError> {
+        self.fetches.push(req.clone());
+        Ok(())
+    }
+    fn hs_post(&mut self, req: super::hsdesc::HsPost) -> Result<(), CmdError> {
+        if !req.body.starts_with(b"hs-descriptor 3\n") {
+            return Err(CmdError::new(554, "Invalid descriptor"));
+        }
+        self.posts.push(req);
+        Ok(())
+    }
     fn del_onion(&mut self, id: &str) -> Result<(), CmdError> {
         let n = self.onions.len();
         self.onions.retain(|o| o != id);
@@ -177,6 +194,9 @@ impl Backend for Mock {
         Ok(())
     }
 }
+
+#[path = "hsdesc_tests.rs"]
+mod hsdesc_tests;
 
 fn auth_cfg() -> AuthConfig {
     AuthConfig {

@@ -19,6 +19,9 @@ pub enum SyntaxError {
     /// A keyword the command does not take.
     #[error("Unrecognized keyword argument \"{0}\"")]
     UnknownKeyword(String),
+    /// A multi-line command without data.
+    #[error("Empty body")]
+    EmptyBody,
 }
 
 /// How values in a `key=value` list may be written.

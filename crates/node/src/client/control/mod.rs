@@ -59,8 +59,12 @@ pub struct ControlContext {
     pub build_timeout: Duration,
     /// Ephemeral onion services (ADD_ONION).
     pub onions: Arc<onions::Onions>,
-    /// The onion-service client (ONION_CLIENT_AUTH_*).
+    /// The onion-service client (ONION_CLIENT_AUTH_*, HSFETCH).
     pub hs: Option<super::hs::HsClient>,
+    /// HSDir requests HSFETCH / HSPOST may have in flight.
+    pub hs_requests: Arc<Semaphore>,
+    /// HSFETCH requests in flight, per service.
+    pub hs_pending: Arc<backend::hsdesc::PendingFetches>,
     listeners: Mutex<Vec<String>>,
     owning_pid: Mutex<Option<u32>>,
     shutdown: Arc<Notify>,
@@ -186,6 +190,8 @@ pub async fn start(p: ControlParts) -> Result<Option<SocketAddr>, String> {
         auth,
         onions: p.onions,
         hs: p.hs,
+        hs_requests: Arc::new(Semaphore::new(backend::hsdesc::MAX_CONTROL_HS_REQUESTS)),
+        hs_pending: Arc::default(),
         listeners: Mutex::new(Vec::new()),
         owning_pid: Mutex::new(cfg.owning_controller_process),
         shutdown: p.shutdown,

@@ -17,6 +17,7 @@
 //! Circuits built here are never pooled with the exit circuits and never
 //! carry anything else.
 
+mod control_fetch;
 mod events;
 pub mod net;
 pub mod pool;

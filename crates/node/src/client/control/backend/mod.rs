@@ -3,6 +3,7 @@
 //! in `conf`.
 
 mod conf;
+pub mod hsdesc;
 mod info;
 
 use std::collections::HashSet;
@@ -13,7 +14,8 @@ use tracing::{info, warn};
 
 use onionmix_frontend::control::events::EventMask;
 use onionmix_frontend::control::{
-    AddOnion, AddedOnion, AuthAdded, Backend, ClientAuthCred, CmdError, ConfError, Info, Signal,
+    AddOnion, AddedOnion, AuthAdded, Backend, ClientAuthCred, CmdError, ConfError, HsFetch, HsPost,
+    Info, Signal,
 };
 use onionmix_netdoc::{NetDir, RelayId};
 
@@ -393,5 +395,17 @@ impl Backend for ClientBackend {
 
     fn set_owner(&mut self, owning: bool) {
         self.owning.store(owning, Ordering::Relaxed);
+    }
+
+    fn hs_server_known(&mut self, server: &str) -> bool {
+        self.hs_server_known_impl(server)
+    }
+
+    fn hs_fetch(&mut self, req: &HsFetch) -> Result<(), CmdError> {
+        self.hs_fetch_impl(req)
+    }
+
+    fn hs_post(&mut self, req: HsPost) -> Result<(), CmdError> {
+        self.hs_post_impl(req)
     }
 }
