@@ -255,7 +255,14 @@ async fn from_pool(
                         }
                 })
             };
-            let c = pool.take(Instant::now(), dead, fits)?;
+            let Some(c) = pool.take(Instant::now(), dead, fits) else {
+                debug!(
+                    "no pre-built circuit can be extended to {} ({} ready)",
+                    t.nickname,
+                    pool.ready()
+                );
+                return None;
+            };
             let n = c.path.len();
             let limit = circmgr.build_times_estimator().timeouts(n + 1).0;
             match extend_circuit(c, t.clone(), limit).await {
