@@ -71,6 +71,12 @@ pub struct ReportArgs {
     /// Where to write summary.md and plots (default: the first directory).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Seed 000's app experiment (docs/experiments/seed-000/): each
+    /// directory is one access profile and protocol (`scripts/seed-000.sh`
+    /// makes them); writes Tables 3-6 in the seed's shape to
+    /// `<out>/seed-000.md` instead of the usual report.
+    #[arg(long)]
+    seed000: bool,
 }
 
 fn machine() -> String {
@@ -214,15 +220,16 @@ fn endpoint(
         direct: false,
         status_json: (c.implementation == Implementation::Onionmix)
             .then(|| c.data_dir.join("status.json")),
-        control: match (c.implementation, c.control_port) {
-            (Implementation::Tor, Some(p)) => c.address.parse().ok().map(|ip| {
+        // Both implementations write the cookie to the same place.
+        control: c.control_port.and_then(|p| {
+            c.address.parse().ok().map(|ip| {
                 (
                     std::net::SocketAddr::new(ip, p),
                     c.data_dir.join("control_auth_cookie"),
                 )
-            }),
-            _ => None,
-        },
+            })
+        }),
+        netns: place.as_ref().map(|p| p.namespace.clone()),
         fresh: Some(match c.implementation {
             Implementation::Onionmix => FreshClient::Onionmix {
                 bin: std::env::current_exe()?,
@@ -347,15 +354,15 @@ fn check_endpoints(cfg: &WorkloadConfig, eps: &[Endpoint]) -> anyhow::Result<()>
 
 /// Runs `cfg` on every endpoint, run by run (A, B, A, B, ... so machine
 /// noise hits all alike; `concurrent`: all endpoints of a run at once),
-/// adding the no-anonymisation baseline for `goodput` and the clients'
-/// circuit build times. Returns every record.
+/// adding the no-anonymisation baseline for `goodput` and `session` and
+/// the clients' circuit build times. Returns every record.
 fn run_all(
     cfg: &WorkloadConfig,
     eps: &[Endpoint],
     concurrent: bool,
     title: &str,
 ) -> anyhow::Result<Vec<Record>> {
-    let baseline = (cfg.workload == "goodput" && cfg.baseline)
+    let baseline = (matches!(cfg.workload.as_str(), "goodput" | "session") && cfg.baseline)
         .then(|| eps.first().map(Endpoint::baseline))
         .flatten();
     let n_eps = eps.len() as u64 + u64::from(baseline.is_some());
@@ -365,7 +372,8 @@ fn run_all(
     rt.block_on(async {
         // Stock tor clients: circuit build times from CIRC events.
         let mut watches = Vec::new();
-        for ep in eps {
+        // (onionmix clients report theirs in status.json.)
+        for ep in eps.iter().filter(|e| e.status_json.is_none()) {
             if let Some((addr, cookie)) = &ep.control {
                 match onionmix_testbed::torctl::watch_circuits(
                     *addr,
@@ -446,6 +454,9 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
 }
 
 pub fn run_report(a: ReportArgs) -> anyhow::Result<()> {
+    if a.seed000 {
+        return seed000_report(&a);
+    }
     let mut records = Vec::new();
     let mut metas = Vec::new();
     for d in &a.dirs {
@@ -464,5 +475,35 @@ pub fn run_report(a: ReportArgs) -> anyhow::Result<()> {
         files.len(),
         out.display()
     );
+    Ok(())
+}
+
+/// `report --seed000`: Tables 3-6 of seed 000 from one directory per
+/// access profile and protocol.
+fn seed000_report(a: &ReportArgs) -> anyhow::Result<()> {
+    use onionmix_measure::report::{Seed000Cell, seed000_cell_of, seed000_report};
+    let mut cells = Vec::new();
+    for d in &a.dirs {
+        let (records, metas) =
+            onionmix_measure::report::read_results(d).map_err(anyhow::Error::msg)?;
+        let (profile, https) = metas.iter().find_map(seed000_cell_of).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: not a seed-000 cell (meta.json names no seed000-<profile> spec or no https parameter)",
+                d.display()
+            )
+        })?;
+        cells.push(Seed000Cell {
+            profile,
+            https,
+            records,
+        });
+    }
+    let out = a.out.clone().unwrap_or_else(|| a.dirs[0].clone());
+    std::fs::create_dir_all(&out)?;
+    let path = out.join("seed-000.md");
+    let md = seed000_report(&cells);
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    println!("{md}");
+    eprintln!("wrote {}", path.display());
     Ok(())
 }

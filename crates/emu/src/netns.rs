@@ -172,6 +172,34 @@ pub fn tun_name(prefix: &str, run: &str, index: Option<usize>) -> String {
     }
 }
 
+/// Open a TCP connection to `addr` from inside namespace `ns` (a node's
+/// namespace, so the connection crosses that node's emulated links), on
+/// a thread made for it that then ends; `done` gets the connected
+/// stream or the error. The socket stays in `ns` whichever thread uses
+/// it afterwards.
+pub fn connect_from(
+    ns: &str,
+    addr: std::net::SocketAddr,
+    timeout: Duration,
+    done: impl FnOnce(io::Result<std::net::TcpStream>) + Send + 'static,
+) -> io::Result<()> {
+    if ns.is_empty() || ns.len() > 64 || ns.contains('/') || ns.starts_with('.') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad namespace name `{ns}`"),
+        ));
+    }
+    let f = File::open(Path::new("/run/netns").join(ns))?;
+    std::thread::Builder::new()
+        .name("netns-connect".into())
+        .spawn(move || {
+            let r = sys::setns_net(&f)
+                .and_then(|()| std::net::TcpStream::connect_timeout(&addr, timeout));
+            done(r);
+        })?;
+    Ok(())
+}
+
 /// A command that runs `program` inside namespace `ns` (`ip netns exec`).
 /// The spawned child's pid is the program's pid (ip execs it).
 pub fn command_in(ns: &str, program: impl AsRef<OsStr>) -> Command {
@@ -653,6 +681,15 @@ mod tests {
         assert!(validate_prefix("OM").is_err());
         assert!(validate_prefix("toolong").is_err());
         assert!(validate_run_id("xyz").is_err());
+    }
+
+    #[test]
+    fn connect_from_refuses_bad_namespace_names() {
+        let a: std::net::SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        for bad in ["", "../x", "a/b", ".hidden", "om-no-such-namespace-here"] {
+            let r = connect_from(bad, a, Duration::from_millis(10), |_| {});
+            assert!(r.is_err(), "{bad:?}");
+        }
     }
 
     #[test]

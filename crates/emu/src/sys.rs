@@ -1,9 +1,10 @@
 //! The few system calls std does not wrap: TUN creation, ppoll with a
-//! nanosecond timeout, timer slack, signalfd, kill, socket buffer forcing.
+//! nanosecond timeout, timer slack, signalfd, kill, socket buffer forcing,
+//! entering a network namespace.
 //! Each wrapper checks its arguments and returns io::Result.
 #![allow(
     unsafe_code,
-    reason = "libc calls (ioctl, ppoll, prctl, signalfd, kill, setsockopt) with checked arguments; nothing else in the crate uses unsafe"
+    reason = "libc calls (ioctl, ppoll, prctl, signalfd, kill, setsockopt, setns) with checked arguments; nothing else in the crate uses unsafe"
 )]
 
 use std::fs::{File, OpenOptions};
@@ -216,4 +217,17 @@ pub fn term_with_parent() -> io::Result<u32> {
     }
     // SAFETY: getppid has no arguments and cannot fail.
     Ok(unsafe { libc::getppid() } as u32)
+}
+
+/// Move the calling thread into the network namespace `ns` (an open
+/// `/run/netns/<name>` file). Only for a thread made for it: the change
+/// stays with the thread.
+pub fn setns_net(ns: &File) -> io::Result<()> {
+    // SAFETY: setns takes a descriptor we own (borrowed for the call) and
+    // a constant namespace type.
+    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

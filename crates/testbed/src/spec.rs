@@ -376,6 +376,33 @@ mod tests {
         }
     }
 
+    /// The experiment specs kept under docs/ (not built in) parse too, and
+    /// their client access profiles resolve.
+    #[test]
+    fn experiment_specs_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs/experiments/seed-000/specs");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+            let s = Spec::load(&p.to_string_lossy()).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+            let mut t = s
+                .emulation
+                .unwrap_or_else(|| panic!("{p:?}: no [emulation]"));
+            assert_eq!(t.nodes.len(), 1, "{p:?}");
+            // The access profiles name real profiles: resolve with the
+            // client and a second node.
+            let mut other = t.nodes[0].clone();
+            other.name = "x".into();
+            other.uplink = None;
+            other.downlink = None;
+            t.nodes.push(other);
+            t.resolve().unwrap_or_else(|e| panic!("{p:?}: {e}"));
+            n += 1;
+        }
+        assert_eq!(n, 8);
+    }
+
     #[test]
     fn bad_specs() {
         let bad = [

@@ -35,6 +35,7 @@
 mod format;
 mod plots;
 mod seed;
+mod seed000;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -46,6 +47,7 @@ use std::path::{Path, PathBuf};
 use crate::record::{Record, RunMeta};
 
 pub use format::human_size;
+pub use seed000::{Seed000Cell, goal_met, seed000_cell_of, seed000_report};
 
 use format::file_name;
 use plots::write_workload_plots;

@@ -67,8 +67,11 @@ pub struct WorkloadConfig {
     /// measured in every run; seed 002 used 1 and 3).
     #[serde(default = "d_streams", deserialize_with = "one_or_many")]
     pub streams: Vec<usize>,
-    /// `goodput`: also measure the same download straight to the sink
-    /// (series `none/direct`), the reference seed 002's percentages use.
+    /// `goodput` and `session`: also measure the same download or
+    /// session straight to the sink (series `none/direct`), the reference
+    /// seed 002's percentages and seed 000's Tor deltas use. On an
+    /// emulated network it leaves from the measured client's namespace,
+    /// over the same links.
     #[serde(default = "d_true")]
     pub baseline: bool,
     /// `goodput`: seconds before measuring.
@@ -86,6 +89,25 @@ pub struct WorkloadConfig {
     /// handshake), or a new connection per message.
     #[serde(default = "d_true")]
     pub keep_alive: bool,
+    /// `session`: before every session after the first, send `SIGNAL
+    /// NEWNYM` to the client's control port (stock tor and onionmix,
+    /// cookie authentication), so the session gets a new circuit, as
+    /// seed 000's app renewed its circuit before every session after the
+    /// first. Not sent on direct (no-anonymisation) endpoints.
+    #[serde(default)]
+    pub newnym: bool,
+    /// `session`: pause before every session after the first, ms (seed
+    /// 000: 13 s). Both clients defer a NEWNYM that comes less than 10 s
+    /// after the previous one, so with `newnym` keep it above 10000.
+    #[serde(default)]
+    pub pause_ms: u64,
+    /// `session`: before the timed messages, one untimed small fetch on
+    /// the session's circuit (recorded as the session's `warmup_ms`), so
+    /// the messages find the circuit built, as seed 000's app had its
+    /// check.torproject.org GET before every timed message. Skipped on
+    /// direct endpoints.
+    #[serde(default)]
+    pub warm_circuit: bool,
     /// `reliability`: fetch interval, ms.
     #[serde(default = "d_interval")]
     pub interval_ms: u64,
@@ -248,6 +270,9 @@ impl WorkloadConfig {
         {
             return bad("script (1+ messages, request_bytes <= 6000)");
         }
+        if c.pause_ms > 3_600_000 {
+            return bad("pause_ms (at most an hour)");
+        }
         if c.interval_ms == 0 || c.page_bytes == 0 {
             return bad("interval_ms / page_bytes");
         }
@@ -307,6 +332,12 @@ mod tests {
         assert_eq!(back, c);
         let c = WorkloadConfig::parse("workload = \"session\"\nhttps = true\n").unwrap();
         assert!(c.https && c.keep_alive);
+        assert!(!c.newnym && !c.warm_circuit && c.pause_ms == 0);
+        let c = WorkloadConfig::parse(
+            "workload = \"session\"\nnewnym = true\npause_ms = 13000\nwarm_circuit = true\n",
+        )
+        .unwrap();
+        assert!(c.newnym && c.warm_circuit && c.pause_ms == 13000);
         for bad in [
             "workload = \"nope\"",
             "workload = \"bulk\"\nruns = 0",
@@ -320,6 +351,8 @@ mod tests {
             "workload = \"session\"\nhttps = \"yes\"",
             "workload = \"bulk\"\nunknown = 1",
             "workload = \"session\"\nscript = []",
+            "workload = \"session\"\npause_ms = 3600001",
+            "workload = \"session\"\nnewnym = 1",
             "workload = \"bulk\"\ntarget = \"onion:\"",
             "workload = \"bulk\"\ntarget = \"elsewhere\"",
             "workload = \"session\"\nhttps = true\ntarget = \"onion:hs0\"",

@@ -43,10 +43,13 @@ pub(super) async fn connect(
     timeout: Duration,
 ) -> Result<TcpStream, String> {
     if ep.direct {
-        let s = tokio::time::timeout(timeout, TcpStream::connect(target))
-            .await
-            .map_err(|_| "connect: timeout".to_string())?
-            .map_err(|e| format!("connect: {e}"))?;
+        let s = match &ep.netns {
+            None => tokio::time::timeout(timeout, TcpStream::connect(target))
+                .await
+                .map_err(|_| "connect: timeout".to_string())?
+                .map_err(|e| format!("connect: {e}"))?,
+            Some(ns) => connect_from(ns, target, timeout).await?,
+        };
         let _ = s.set_nodelay(true);
         return Ok(s);
     }
@@ -60,6 +63,28 @@ pub(super) async fn connect(
     socks::connect(ep.socks, &dest, auth, timeout)
         .await
         .map_err(|e| format!("socks: {e}"))
+}
+
+/// A direct TCP connection made inside namespace `ns` (the measured
+/// client's), handed to tokio.
+async fn connect_from(
+    ns: &str,
+    target: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    onionmix_emu::netns::connect_from(ns, target, timeout, move |r| {
+        let _ = tx.send(r);
+    })
+    .map_err(|e| format!("connect from namespace {ns}: {e}"))?;
+    let s = tokio::time::timeout(timeout + Duration::from_secs(1), rx)
+        .await
+        .map_err(|_| "connect: timeout".to_string())?
+        .map_err(|_| "connect: the connecting thread ended".to_string())?
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_nonblocking(true)
+        .map_err(|e| format!("connect: {e}"))?;
+    TcpStream::from_std(s).map_err(|e| format!("connect: {e}"))
 }
 
 /// Timings of opening a connection to the sink's web server.

@@ -55,13 +55,19 @@ pub struct Endpoint {
     pub tls_ca: Option<PathBuf>,
     /// Straight to the sink, no SOCKS (the no-anonymisation baseline).
     pub direct: bool,
+    /// On an emulated network: the measured client's namespace. Direct
+    /// connections leave from there, so the baseline crosses the client's
+    /// access links and the core link to the sink like the client's own
+    /// traffic (from the root namespace they would cross no link).
+    pub netns: Option<String>,
     /// The client's status file (onionmix clients), for circuit build times.
     pub status_json: Option<PathBuf>,
     /// How to start a fresh copy of the client (`access`'s fresh-client
     /// measurement); `None` skips it.
     pub fresh: Option<FreshClient>,
-    /// A stock tor client's control port and cookie file, for circuit
-    /// build times from CIRC events.
+    /// The client's control port and cookie file (stock tor and
+    /// onionmix): `SIGNAL NEWNYM` for `session`'s `newnym`, and for stock
+    /// tor circuit build times from CIRC events.
     pub control: Option<(SocketAddr, PathBuf)>,
     /// Reach the sink through this onion service (`target = "onion:..."`).
     pub onion: Option<OnionTarget>,

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use onionmix_measure::record::Record;
 
-use super::conn::{Conn, exchange, fill, open};
+use super::conn::{Conn, exchange, fetch, fill, open};
 use super::{Endpoint, WorkloadConfig, isolation, ms, record};
 
 /// One scripted session (`session`): per-message records, then the whole
@@ -18,9 +18,42 @@ pub(super) async fn session(
 ) -> Vec<Record> {
     let user = isolation("session");
     let mut out = Vec::new();
-    let mut total = record(cfg, ep, run, "session", None);
-    let t0 = Instant::now();
     let mut failed = None;
+    let mut before = Vec::new();
+    if run > 0 {
+        tokio::time::sleep(Duration::from_millis(cfg.pause_ms)).await;
+        if cfg.newnym && !ep.direct {
+            let t = Instant::now();
+            match renew(ep).await {
+                Ok(()) => before.push(("newnym_ms", ms(t.elapsed()))),
+                Err(e) => failed = Some(format!("newnym: {e}")),
+            }
+        }
+    }
+    if cfg.warm_circuit && !ep.direct && failed.is_none() {
+        // Untimed for the messages: builds the session's circuit.
+        let mut w = record(cfg, ep, run, "warmup", Some(1000));
+        fetch(
+            ep,
+            Some(&user),
+            1000,
+            0,
+            cfg.optimistic_socks,
+            timeout,
+            &mut w,
+        )
+        .await;
+        match (&w.error, w.metrics.get("ttlb_ms")) {
+            (None, Some(t)) => before.push(("warmup_ms", *t)),
+            (None, None) => {}
+            (Some(e), _) => failed = Some(format!("warm-up fetch: {e}")),
+        }
+    }
+    let mut total = record(cfg, ep, run, "session", None);
+    for (k, v) in before {
+        total.metrics.insert(k.into(), v);
+    }
+    let t0 = Instant::now();
     let mut conn: Option<Conn> = None;
     let last = cfg.script.len().saturating_sub(1);
     for (i, m) in cfg.script.iter().enumerate() {
@@ -91,4 +124,12 @@ pub(super) async fn session(
         .insert("https".into(), if cfg.https { 1.0 } else { 0.0 });
     out.push(total);
     out
+}
+
+/// `SIGNAL NEWNYM` on the endpoint's control port.
+async fn renew(ep: &Endpoint) -> Result<(), String> {
+    let Some((addr, cookie)) = &ep.control else {
+        return Err("the client has no control port in network.json".into());
+    };
+    crate::torctl::signal(*addr, cookie, "NEWNYM", Duration::from_secs(10)).await
 }

@@ -73,6 +73,7 @@ async fn workloads_produce_records() {
         https: Some(https),
         tls_ca: Some(ca.clone()),
         direct: false,
+        netns: None,
         status_json: None,
         fresh: None,
         control: None,

@@ -1,0 +1,289 @@
+//! Tests of the control-port helpers against fake control ports.
+#![allow(clippy::unwrap_used)]
+use super::*;
+use tokio::io::AsyncReadExt;
+
+#[test]
+fn circ_bw_events_parse() {
+    let e = parse_circ_bw(
+        "650 CIRC_BW ID=36 READ=1527 WRITTEN=2036 TIME=2026-11-24T13:32:44.814297 DELIVERED_READ=187 OVERHEAD_READ=1307 DELIVERED_WRITTEN=384 OVERHEAD_WRITTEN=1608 SS=1 CWND=124 RTT=0 MIN_RTT=0\r\n",
+    )
+    .unwrap();
+    assert_eq!(e.id, "36");
+    assert_eq!(e.slow_start, Some(true));
+    assert_eq!(
+        (e.cwnd, e.rtt_ms, e.min_rtt_ms),
+        (Some(124), Some(0), Some(0))
+    );
+    let e = parse_circ_bw("650 CIRC_BW ID=2 READ=11198 WRITTEN=3054 TIME=x").unwrap();
+    assert_eq!((e.cwnd, e.slow_start), (None, None));
+    assert!(parse_circ_bw("650 CIRC 7 BUILT").is_none());
+    assert!(parse_circ_bw("650 CIRC_BW READ=1").is_none());
+}
+
+#[test]
+fn circ_events_parse() {
+    let e = parse_circ_event(
+        "650 CIRC 7 LAUNCHED BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED=2026-11-23T10:00:00.000000\r\n",
+    )
+    .unwrap();
+    assert_eq!(e.id, "7");
+    assert_eq!(e.status, "LAUNCHED");
+    assert_eq!(e.purpose.as_deref(), Some("GENERAL"));
+    let e = parse_circ_event(
+        "650 CIRC 7 BUILT $AAAA~a,$BBBB~b,$CCCC~c BUILD_FLAGS=NEED_CAPACITY PURPOSE=CONFLUX_UNLINKED\r\n",
+    )
+    .unwrap();
+    assert_eq!(e.status, "BUILT");
+    assert!(counts(e.purpose.as_deref()));
+    assert!(!counts(Some("MEASURE_TIMEOUT")));
+    assert!(parse_circ_event("650 STREAM 1 NEW 0 x:80").is_none());
+    assert!(parse_circ_event("650 CIRC ").is_none());
+    assert!(parse_circ_event("250 OK").is_none());
+    let e = parse_circ_event(
+        "650 CIRC 9 BUILT $A~a PURPOSE=GENERAL TIME_CREATED=2026-11-23T10:00:00.250000",
+    )
+    .unwrap();
+    assert_eq!(e.created_unix, Some(1_795_428_000.25));
+    assert_eq!(parse_iso_usec("1970-01-01T00:00:00.000000"), Some(0.0));
+    assert_eq!(parse_iso_usec("2000-03-01T00:00:01.5"), Some(951_868_801.5));
+    assert_eq!(parse_iso_usec("2000-02-29T00:00:00"), Some(951_782_400.0));
+    assert_eq!(
+        parse_iso_usec("2024-02-29T12:00:00.000000"),
+        Some(1_709_208_000.0)
+    );
+    for bad in [
+        "",
+        "2026-02-31T00:00:00.0",
+        "2026-02-29T00:00:00",
+        "2026-11-23T24:00:00.0",
+        "2026-11-23T10:00:60.0",
+        "1969-12-31T23:59:59.0",
+        "+2026-11-23T10:00:00.0",
+        "2026-11-23T10:00:00.",
+        "2026-11-23T10:00:00.1234567890",
+        "2026-11-23T10:00:00.0Z",
+        "2026-13-01T00:00:00.0",
+        "2026-11-23 10:00:00",
+        "2026-11-23T25:00:00.0",
+        "2026-11-23T10:00:00.x",
+        "a-b-cTd:e:f",
+    ] {
+        assert_eq!(parse_iso_usec(bad), None, "{bad}");
+    }
+}
+
+/// Unix seconds as tor's `TIME_CREATED` (UTC, microseconds).
+fn iso(unix: f64) -> String {
+    const ISO: &[BorrowedFormatItem<'static>] =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]");
+    let secs = unix.floor() as i64;
+    let usec = ((unix - secs as f64) * 1e6) as i64;
+    (time::OffsetDateTime::from_unix_timestamp(secs).unwrap() + time::Duration::microseconds(usec))
+        .format(ISO)
+        .unwrap()
+}
+
+/// A fake tor control port: checks the cookie and SETEVENTS, writes
+/// `first`, waits 30 ms, writes `second`, then holds the connection
+/// for `hold`.
+async fn fake_tor(l: tokio::net::TcpListener, first: String, second: String, hold: Duration) {
+    let (mut s, _) = l.accept().await.unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 256];
+    while !got.ends_with(b"\r\n") {
+        let n = s.read(&mut b).await.unwrap();
+        got.extend_from_slice(&b[..n]);
+    }
+    let want = format!("AUTHENTICATE {}\r\n", hex::encode([7u8; 32]));
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    s.write_all(b"250 OK\r\n").await.unwrap();
+    got.clear();
+    while !got.ends_with(b"\r\n") {
+        let n = s.read(&mut b).await.unwrap();
+        got.extend_from_slice(&b[..n]);
+    }
+    assert_eq!(&got, b"SETEVENTS CIRC\r\n");
+    s.write_all(b"250 OK\r\n").await.unwrap();
+    s.write_all(first.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    s.write_all(second.as_bytes()).await.unwrap();
+    tokio::time::sleep(hold).await;
+}
+
+#[test]
+fn iso_round_trip() {
+    for t in [0.0, 951_868_801.5, 1_795_428_000.25, 4_102_444_799.999_999] {
+        let back = parse_iso_usec(&iso(t)).unwrap();
+        assert!((back - t).abs() < 2e-6, "{t} {} {back}", iso(t));
+    }
+    assert_eq!(iso(1_795_428_000.25), "2026-11-23T10:00:00.250000");
+}
+
+/// A control port answering AUTHENTICATE and one GETINFO with `answer`.
+async fn fake_getinfo(l: tokio::net::TcpListener, answer: &'static str) -> String {
+    let (s, _) = l.accept().await.unwrap();
+    let (rd, mut wr) = s.into_split();
+    let mut rd = BufReader::new(rd);
+    let mut auth = String::new();
+    rd.read_line(&mut auth).await.unwrap();
+    wr.write_all(b"250 OK\r\n").await.unwrap();
+    let mut q = String::new();
+    rd.read_line(&mut q).await.unwrap();
+    wr.write_all(answer.as_bytes()).await.unwrap();
+    q
+}
+
+#[tokio::test]
+async fn getinfo_reads_one_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cookie = tmp.path().join("control_auth_cookie");
+    std::fs::write(&cookie, [7u8; 32]).unwrap();
+    for (answer, want) in [
+        (
+            "250-sr/current=zxJao+gBmFMSezvz/VXkEWEQJD5b/z+7AXNCGoLFVW0=\r\n250 OK\r\n",
+            Ok("zxJao+gBmFMSezvz/VXkEWEQJD5b/z+7AXNCGoLFVW0="),
+        ),
+        ("250-sr/current=\r\n250 OK\r\n", Ok("")),
+        ("552 Unrecognized key \"sr/current\"\r\n", Err("552")),
+    ] {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(fake_getinfo(l, answer));
+        let got = getinfo(addr, &cookie, "sr/current", Duration::from_secs(5)).await;
+        assert_eq!(server.await.unwrap(), "GETINFO sr/current\r\n");
+        match (got, want) {
+            (Ok(v), Ok(w)) => assert_eq!(v, w),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{e}"),
+            (got, want) => panic!("{answer:?}: got {got:?}, want {want:?}"),
+        }
+    }
+    assert!(
+        getinfo(
+            "127.0.0.1:1".parse().unwrap(),
+            &cookie,
+            "a b",
+            Duration::from_secs(1)
+        )
+        .await
+        .is_err()
+    );
+}
+
+/// Circuits: 1 built after 30 ms (no TIME_CREATED: timed from
+/// LAUNCHED), 2 failed, 3 timeout-measuring, 4 built but never seen
+/// launched, 5 created 500 ms before (TIME_CREATED), 6 one-hop, and
+/// 1 reported BUILT again after a later extension: only 1 and 5
+/// count, once each.
+#[tokio::test]
+async fn watch_against_a_fake_control_port() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cookie_path = tmp.path().join("control_auth_cookie");
+    std::fs::write(&cookie_path, [7u8; 32]).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let created = iso(now_unix() - 0.5);
+    let first = format!(
+        "650 CIRC 1 LAUNCHED PURPOSE=GENERAL\r\n\
+         650 CIRC 2 LAUNCHED PURPOSE=GENERAL\r\n\
+         650 CIRC 3 LAUNCHED PURPOSE=MEASURE_TIMEOUT\r\n\
+         650 CIRC 5 LAUNCHED BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED={created}\r\n\
+         650 CIRC 6 LAUNCHED BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL,NEED_CAPACITY PURPOSE=GENERAL\r\n"
+    );
+    let second = format!(
+        "650 CIRC 1 EXTENDED $A~a PURPOSE=GENERAL\r\n\
+         650 CIRC 1 BUILT $A~a,$B~b,$C~c PURPOSE=GENERAL\r\n\
+         650 CIRC 2 FAILED PURPOSE=GENERAL REASON=TIMEOUT\r\n\
+         650 CIRC 3 BUILT $A~a PURPOSE=MEASURE_TIMEOUT\r\n\
+         650 CIRC 4 BUILT $A~a PURPOSE=GENERAL TIME_CREATED=2020-01-01T00:00:00.000000\r\n\
+         650 CIRC 5 BUILT $A~a,$B~b,$C~c BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED={created}\r\n\
+         650 CIRC 6 BUILT $A~a BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL,NEED_CAPACITY PURPOSE=GENERAL\r\n\
+         650 CIRC 1 BUILT $A~a,$B~b,$D~d PURPOSE=GENERAL\r\n"
+    );
+    let server = tokio::spawn(fake_tor(l, first, second, Duration::from_secs(2)));
+    let w = watch_circuits(addr, &cookie_path, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // The fake sends everything within ~30 ms and then holds the
+    // connection for 2 s; give a loaded machine most of that.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = w.finish().await;
+    assert!(seen.ended_early.is_none(), "{seen:?}");
+    let times = seen.build_ms;
+    assert_eq!(times.len(), 2, "{times:?}");
+    // Lower bounds are the fake's own delays (30 ms between LAUNCHED and
+    // BUILT; created 500 ms before); upper bounds only rule out a wrong
+    // origin, with room for a slow scheduler.
+    assert!(times[0] >= 25.0 && times[0] < 5_000.0, "{times:?}");
+    assert!(times[1] >= 480.0 && times[1] < 10_000.0, "{times:?}");
+    server.await.unwrap();
+
+    // Tor going away mid-run is reported, not hidden.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = tokio::spawn(fake_tor(
+        l,
+        String::new(),
+        String::new(),
+        Duration::from_millis(10),
+    ));
+    let w = watch_circuits(addr, &cookie_path, Duration::from_secs(5))
+        .await
+        .unwrap();
+    server.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen = w.finish().await;
+    assert!(
+        seen.ended_early.as_deref().unwrap_or("").contains("closed"),
+        "{seen:?}"
+    );
+
+    // A wrong-sized cookie and a refused one: clear errors.
+    std::fs::write(&cookie_path, [1u8; 5]).unwrap();
+    let e = watch_circuits(addr, &cookie_path, Duration::from_secs(1))
+        .await
+        .err()
+        .unwrap();
+    assert!(e.contains("not 32"), "{e}");
+    std::fs::write(&cookie_path, [1u8; 32]).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut b = [0u8; 256];
+        let _ = s.read(&mut b).await.unwrap();
+        s.write_all(b"515 Authentication failed: Wrong length on authentication cookie.\r\n")
+            .await
+            .unwrap();
+    });
+    let e = watch_circuits(addr, &cookie_path, Duration::from_secs(2))
+        .await
+        .err()
+        .unwrap();
+    assert!(e.contains("refused the cookie"), "{e}");
+}
+
+#[tokio::test]
+async fn signal_newnym_authenticates_and_checks_the_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cookie = tmp.path().join("control_auth_cookie");
+    std::fs::write(&cookie, [7u8; 32]).unwrap();
+    for (answer, ok) in [
+        ("250 OK\r\n", true),
+        ("552 Unrecognized signal code \"NEWNYM\"\r\n", false),
+    ] {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(fake_getinfo(l, answer));
+        let got = signal(addr, &cookie, "NEWNYM", Duration::from_secs(5)).await;
+        assert_eq!(server.await.unwrap(), "SIGNAL NEWNYM\r\n");
+        assert_eq!(got.is_ok(), ok, "{got:?}");
+    }
+    let bad = signal(
+        "127.0.0.1:1".parse().unwrap(),
+        &cookie,
+        "NEW NYM",
+        Duration::from_secs(1),
+    );
+    assert!(bad.await.unwrap_err().contains("bad signal"));
+}
