@@ -281,8 +281,10 @@ def main():
 
             # With SERVER=: one answer, from that HSDir; an HSDir that does
             # not hold the descriptor stores it (UPLOADED).
-            # Who holds it: the service's UPLOAD events of it so far.
-            held = set()
+            # Who holds it: every HSDir that answered the post above (it
+            # stored this revision or already had it), and those the
+            # service's UPLOAD events of it went to.
+            held = {l.split(" ")[4].split("~")[0].lstrip("$") for l in answers}
             for l in list(seen):
                 f = l.split(" ")
                 if sid in l and action(l) == "UPLOAD" and len(f) > 5 and f[5] in desc_ids:
