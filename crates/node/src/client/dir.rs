@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use onionmix_netdoc::{
     AuthCertificate, AuthorityConfig, DirRequest, DirResponse, ExitTarget, GuardParams, GuardSet,
-    NetDir, PathBuilder, PathConfig, PathError, RelayFlags, RelayId, TimeTolerance,
+    NetDir, PathBuilder, PathConfig, PathError, RelayFlags, RelayId, RsaId, TimeTolerance,
     UnverifiedConsensus, merge_certificates, parse_microdescs,
 };
 
@@ -429,27 +429,12 @@ impl DirMgr {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let now = crate::clock::now();
-        let layer2 = if self.cfg.vanguards_lite {
-            let mut set = self.layer2.lock().unwrap_or_else(|e| e.into_inner());
-            let params = VanguardParams::from_consensus(nd.params());
-            set.maintain(
-                &nd,
-                crate::clock::to_unix(now),
-                &params,
-                &mut rand::thread_rng(),
-            );
-            Some(set.ids())
-        } else {
-            None
-        };
+        // Exit circuits take any middle: vanguards-lite is for
+        // onion-service circuits only (`internal_path`).
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)
             .excluding(avoid)
             .restricted(&self.only);
-        let pb = match &layer2 {
-            Some(ids) => pb.with_layer2(ids),
-            None => pb,
-        };
         let mut rng = rand::thread_rng();
         let params = Arc::new(CcParams::from_consensus(nd.params()));
         let Purpose::Exit(port) = purpose;
@@ -512,10 +497,15 @@ impl DirMgr {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let now = crate::clock::now();
+        let layer2 = self.layer2_ids(&nd, now);
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)
             .excluding(avoid)
             .restricted(&self.only);
+        let pb = match &layer2 {
+            Some(ids) => pb.with_layer2(ids),
+            None => pb,
+        };
         let mut rng = rand::thread_rng();
         let mut last = "no relay fits the last hop".to_string();
         for _ in 0..32 {
@@ -533,6 +523,25 @@ impl DirMgr {
             }
         }
         Err(last)
+    }
+
+    /// The layer 2 guards onion-service circuits take their middle from,
+    /// brought up to date; `None` when vanguards-lite is off or the
+    /// configuration pins the middles (`middle_nodes` wins, as
+    /// MiddleNodes does in tor).
+    fn layer2_ids(&self, nd: &NetDir, now: SystemTime) -> Option<Vec<RsaId>> {
+        if !self.cfg.vanguards_lite || !self.only.middle.is_empty() {
+            return None;
+        }
+        let mut set = self.layer2.lock().unwrap_or_else(|e| e.into_inner());
+        let params = VanguardParams::from_consensus(nd.params());
+        set.maintain(
+            nd,
+            crate::clock::to_unix(now),
+            &params,
+            &mut rand::thread_rng(),
+        );
+        Some(set.ids())
     }
 
     /// Whether this client runs on a testing network.
@@ -584,3 +593,23 @@ fn humantime(t: SystemTime) -> String {
         Err(_) => "?".into(),
     }
 }
+
+#[cfg(test)]
+impl DirMgr {
+    /// Install `nd` as the current directory, as a successful fetch would.
+    pub(crate) fn install_netdir(&self, nd: NetDir) {
+        let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
+        g.update(&nd, crate::clock::now(), &mut rand::thread_rng());
+        drop(g);
+        *self.netdir.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(nd));
+    }
+
+    /// The current layer 2 guards.
+    pub(crate) fn layer2_members(&self) -> Vec<RsaId> {
+        self.layer2.lock().unwrap_or_else(|e| e.into_inner()).ids()
+    }
+}
+
+#[cfg(test)]
+#[path = "dir_tests.rs"]
+mod tests;
