@@ -230,6 +230,24 @@ async fn fresh_isolation_takes_a_prebuilt_circuit() {
         "{st}"
     );
     assert!(c.preemptive.load(Ordering::Relaxed) >= 4, "{st}");
+
+    // NEWNYM as tor does it: circuits that carried streams go, clean ones
+    // (never used) stay...
+    assert!(!mgr.open_circuit_paths().is_empty());
+    let clean = mgr.clean_circuits();
+    mgr.newnym(&std::collections::HashSet::new());
+    assert!(mgr.open_circuit_paths().is_empty(), "used circuits kept");
+    assert!(mgr.clean_circuits() >= clean, "clean circuits dropped");
+    // ... unless their exit is one the old circuits used (every circuit
+    // here has the same exit): those go, and are built again.
+    let before = c.preemptive.load(Ordering::Relaxed);
+    let exit = mgr.clean_circuit_paths()[0].last().cloned().unwrap();
+    let exit_id = net.hops.iter().find(|h| h.nickname == exit).unwrap().rsa_id;
+    mgr.newnym(&[exit_id].into_iter().collect());
+    wait_until("clean circuits rebuilt", 60, || {
+        c.preemptive.load(Ordering::Relaxed) >= before + 2 && mgr.clean_circuits() >= 2
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

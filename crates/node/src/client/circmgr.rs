@@ -652,6 +652,25 @@ impl CircMgr {
             .collect()
     }
 
+    /// NEWNYM, as tor does it: circuits that carried streams are let go
+    /// (their streams finish on them); clean pre-built circuits, which
+    /// never carried one, stay unless their exit is in `old_exits` (the
+    /// exits the old circuits used, which the next circuits avoid). The
+    /// onion-service pool (unused internal circuits) stays too.
+    pub fn newnym(&self, old_exits: &std::collections::HashSet<[u8; 20]>) {
+        let mut st = self.lock_state();
+        st.pools.clear();
+        st.clean.retain(|c| {
+            !c.circ.is_closed()
+                && c.circ
+                    .path
+                    .last()
+                    .is_none_or(|h| !old_exits.contains(&h.rsa_id))
+        });
+        drop(st);
+        self.inner.clean_done.notify_waiters();
+    }
+
     /// Drop every pooled and clean circuit (new identity / directory
     /// change).
     pub fn clear(&self) {

@@ -261,6 +261,22 @@ impl HsClient {
         }
     }
 
+    /// Forget what this client learned about services (NEWNYM, as tor's
+    /// `hs_client_purge_state`): cached descriptors, introduction-point
+    /// failures, which HSDirs were asked, and joined rendezvous circuits.
+    /// Client-authorization keys stay.
+    pub fn purge_state(&self) {
+        let requery = if self.inner.dir.testing_network() {
+            HSDIR_REQUERY_PERIOD_TESTING
+        } else {
+            HSDIR_REQUERY_PERIOD
+        };
+        *lock(&self.inner.descs) = DescCache::new();
+        *lock(&self.inner.intro_state) = IntroStateCache::new();
+        *lock(&self.inner.hsdir_reqs) = HsDirRequests::new(requery);
+        lock(&self.inner.joined).clear();
+    }
+
     /// Report descriptor fetches to the control port (`HS_DESC`); the
     /// first hub set stays.
     pub fn set_control_hub(&self, hub: Arc<crate::client::control::hub::ControlHub>) {

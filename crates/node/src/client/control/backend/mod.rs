@@ -86,22 +86,31 @@ impl ClientBackend {
     fn newnym(&self) {
         let hub = self.ctx.hub.clone();
         let cm = self.ctx.circmgr.clone();
-        match hub.newnym_due() {
-            Some(d) if d.is_zero() => {
-                hub.newnym_apply();
-                cm.clear();
+        let hs = self.ctx.hs.clone();
+        let apply = move || {
+            hub.newnym_apply();
+            let old_exits = hub
+                .newnym_avoid
+                .lock()
+                .map(|g| g.clone())
+                .unwrap_or_default();
+            cm.newnym(&old_exits);
+            if let Some(hs) = &hs {
+                hs.purge_state();
             }
+        };
+        match self.ctx.hub.newnym_due() {
+            Some(d) if d.is_zero() => apply(),
             Some(d) => {
                 let secs = d.as_secs_f64().ceil() as u64;
                 info!("Rate limiting NEWNYM request: delaying by {secs} second(s)");
-                hub.log(
+                self.ctx.hub.log(
                     "NOTICE",
                     &format!("Rate limiting NEWNYM request: delaying by {secs} second(s)"),
                 );
                 tokio::spawn(async move {
                     tokio::time::sleep(d).await;
-                    hub.newnym_apply();
-                    cm.clear();
+                    apply();
                 });
             }
             None => {}
