@@ -365,15 +365,24 @@ impl ClientConfig {
     }
 }
 
+/// A testing-network client configuration with one made-up authority,
+/// data in `data_dir`, and `extra` lines added at the top level.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) fn test_config(data_dir: &std::path::Path, extra: &str) -> ClientConfig {
+    let text = format!(
+        "data_dir = \"{}\"\n{extra}\n{TEST_BASE}",
+        data_dir.display()
+    );
+    match ClientConfig::parse(&text) {
+        Ok(c) => c,
+        Err(e) => panic!("test configuration: {e}"),
+    }
+}
 
-    const GOOD: &str = r#"
-data_dir = "/tmp/x"
-socks_listen = "127.0.0.1:9999"
+#[cfg(test)]
+const TEST_BASE: &str = r#"
+socks_listen = "127.0.0.1:0"
 testing_network = true
-paths_needed_to_build_circuits = 0.67
 [[authority]]
 nickname = "auth0"
 v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
@@ -382,9 +391,18 @@ dir_addr = "127.0.0.1:7000"
 or_addr = "127.0.0.1:5000"
 "#;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> String {
+        format!("data_dir = \"/tmp/x\"\npaths_needed_to_build_circuits = 0.67\n{TEST_BASE}")
+            .replace("127.0.0.1:0", "127.0.0.1:9999")
+    }
+
     #[test]
     fn parses_launcher_schema() {
-        let c = ClientConfig::parse(GOOD).unwrap();
+        let c = ClientConfig::parse(&good()).unwrap();
         assert_eq!(c.authorities.len(), 1);
         assert!(c.testing_network);
         assert_eq!(c.socks_listen.port(), 9999);
@@ -393,14 +411,14 @@ or_addr = "127.0.0.1:5000"
     #[test]
     fn rejects_bad_configs() {
         assert!(ClientConfig::parse("data_dir = \"/x\"").is_err());
-        let bad = GOOD.replace(
+        let bad = good().replace(
             "0123456789ABCDEF0123456789ABCDEF01234567\"\nfingerprint",
             "XYZ\"\nfingerprint",
         );
         assert!(ClientConfig::parse(&bad).is_err());
-        let public = GOOD.replace("127.0.0.1:9999", "0.0.0.0:9999");
+        let public = good().replace("127.0.0.1:9999", "0.0.0.0:9999");
         assert!(ClientConfig::parse(&public).is_err());
-        let unknown = format!("{GOOD}\nbogus = 1\n");
+        let unknown = format!("{}\nbogus = 1\n", good());
         assert!(ClientConfig::parse(&unknown).is_err());
     }
 }

@@ -604,6 +604,18 @@ impl DirMgr {
         *self.netdir.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(nd));
     }
 
+    /// Make `ids` the layer 2 guards (they never expire).
+    pub(crate) fn set_layer2(&self, ids: &[RsaId]) {
+        let guards = ids
+            .iter()
+            .map(|&rsa_id| onionmix_netdoc::vanguards::Layer2Guard {
+                rsa_id,
+                expires: u64::MAX,
+            })
+            .collect();
+        *self.layer2.lock().unwrap_or_else(|e| e.into_inner()) = Layer2Set::from_guards(guards);
+    }
+
     /// The current layer 2 guards.
     pub(crate) fn layer2_members(&self) -> Vec<RsaId> {
         self.layer2.lock().unwrap_or_else(|e| e.into_inner()).ids()

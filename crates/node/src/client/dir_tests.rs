@@ -13,7 +13,7 @@ use onionmix_netdoc::{
 
 use super::DirMgr;
 use crate::client::circmgr::Purpose;
-use crate::client::config::ClientConfig;
+use crate::client::config::test_config;
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(
@@ -46,22 +46,7 @@ fn netdir() -> NetDir {
 }
 
 fn dirmgr(data: &std::path::Path, extra: &str) -> DirMgr {
-    let text = format!(
-        r#"
-data_dir = "{}"
-socks_listen = "127.0.0.1:0"
-testing_network = true
-{extra}
-[[authority]]
-nickname = "auth0"
-v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
-fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
-dir_addr = "127.0.0.1:7000"
-or_addr = "127.0.0.1:5000"
-"#,
-        data.display()
-    );
-    let d = DirMgr::new(Arc::new(ClientConfig::parse(&text).unwrap())).unwrap();
+    let d = DirMgr::new(Arc::new(test_config(data, extra))).unwrap();
     d.install_netdir(netdir());
     d
 }
@@ -74,6 +59,13 @@ fn middles_of(paths: impl Iterator<Item = Vec<[u8; 20]>>) -> HashSet<[u8; 20]> {
 fn vanguards_lite_applies_to_onion_service_circuits_only() {
     let tmp = tempfile::tempdir().unwrap();
     let d = dirmgr(tmp.path(), "");
+    // Layer 2 guards chosen so that, whatever the guard and exit, some
+    // middle outside the set is possible: auth3 and relay4 are outside,
+    // and no guard or exit rules out both (relay2 has no bandwidth).
+    let nd = d.netdir().unwrap();
+    let id = |n: &str| nd.relays().find(|r| r.nickname == n).unwrap().rsa_id;
+    let chosen = ["auth1", "auth2", "relay1", "relay3"].map(id);
+    d.set_layer2(&chosen);
     let none = HashSet::new();
     let hs = middles_of((0..300).map(|_| {
         d.internal_path(&none, &|_| true)
@@ -83,7 +75,7 @@ fn vanguards_lite_applies_to_onion_service_circuits_only() {
             .collect()
     }));
     let l2: HashSet<[u8; 20]> = d.layer2_members().into_iter().collect();
-    assert_eq!(l2.len(), 4);
+    assert_eq!(l2, chosen.into_iter().collect(), "the set was kept");
     assert!(hs.is_subset(&l2), "onion-service middles from layer 2");
     // Exit circuits draw their middle from the whole network: some middle
     // outside the 4 layer 2 guards shows up.
@@ -103,17 +95,22 @@ fn vanguards_lite_applies_to_onion_service_circuits_only() {
 #[test]
 fn pinned_middles_win_over_vanguards_lite() {
     let nd = netdir();
-    let pinned = nd.relays().find(|r| r.nickname == "relay3").unwrap();
-    let fp = hex::encode_upper(pinned.rsa_id);
+    let id = |n: &str| nd.relays().find(|r| r.nickname == n).unwrap().rsa_id;
+    // Two middles of different families, so that any guard leaves one.
+    let pinned = [id("relay3"), id("auth3")];
+    let list: Vec<String> = pinned
+        .iter()
+        .map(|i| format!("\"{}\"", hex::encode_upper(i)))
+        .collect();
     let tmp = tempfile::tempdir().unwrap();
-    let d = dirmgr(tmp.path(), &format!("middle_nodes = [\"{fp}\"]"));
+    let d = dirmgr(tmp.path(), &format!("middle_nodes = [{}]", list.join(", ")));
+    // A layer 2 set without them: used, it would give other middles.
+    d.set_layer2(&["auth1", "auth2", "relay1", "relay4"].map(id));
     let none = HashSet::new();
     for _ in 0..50 {
-        let p = d.internal_path(&none, &|r| r.rsa_id != pinned.rsa_id);
-        if let Ok(p) = p {
-            assert_eq!(p[1].rsa_id, pinned.rsa_id);
-        }
+        let p = d.internal_path(&none, &|_| true).unwrap();
+        assert!(pinned.contains(&p[1].rsa_id), "onion-service middle pinned");
         let p = d.pick_path(Purpose::Exit(None), &none).unwrap();
-        assert_eq!(p[1].rsa_id, pinned.rsa_id);
+        assert!(pinned.contains(&p[1].rsa_id), "exit middle pinned");
     }
 }

@@ -11,26 +11,12 @@ use onionmix_hs::keys::ServiceIdentity;
 
 use super::{MAX_EPHEMERAL_SERVICES, Onions};
 use crate::client::circmgr::{CircMgr, CircMgrConfig};
-use crate::client::config::ClientConfig;
+use crate::client::config::test_config;
 use crate::client::dir::DirMgr;
 use crate::service::ServiceCtx;
 
 fn ctx(data: &std::path::Path) -> (ServiceCtx, tokio::sync::watch::Sender<bool>) {
-    let text = format!(
-        r#"
-data_dir = "{}"
-socks_listen = "127.0.0.1:0"
-testing_network = true
-[[authority]]
-nickname = "auth0"
-v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
-fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
-dir_addr = "127.0.0.1:7000"
-or_addr = "127.0.0.1:5000"
-"#,
-        data.display()
-    );
-    let cfg = Arc::new(ClientConfig::parse(&text).unwrap());
+    let cfg = Arc::new(test_config(data, ""));
     let dir = Arc::new(DirMgr::new(cfg).unwrap());
     let chanmgr =
         crate::client::chanmgr::ChanMgr::new(onionmix_link::TlsTransport::client().unwrap());
