@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use onionmix_testbed::http;
 use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
-use onionmix_testbed::netinfo::NodeInfo;
+use onionmix_testbed::netinfo::{NetworkInfo, NodeInfo};
 use onionmix_testbed::socks::{self, Target};
-use onionmix_testbed::spec::Spec;
+use onionmix_testbed::spec::{Role, Spec};
 
 #[allow(unused_imports)]
 pub use onionmix_testsupport::{serial, tor_available, wait_for};
@@ -36,6 +36,53 @@ pub fn dir_get(addr: SocketAddr, path: &str) -> String {
         Duration::from_millis(500),
         || launcher::http_get_plain(addr, path),
     )
+}
+
+/// True if the consensus lists `name` with every flag in `flags`.
+#[allow(dead_code)]
+pub fn has_flags(cons: &str, name: &str, flags: &[&str]) -> bool {
+    let Some(start) = cons.find(&format!("\nr {name} ")) else {
+        return false;
+    };
+    let Some(s_line) = cons[start + 1..].lines().find(|l| l.starts_with("s ")) else {
+        return false;
+    };
+    flags.iter().all(|f| s_line.split(' ').any(|x| x == *f))
+}
+
+/// Wait up to `limit` until the first authority's consensus gives every
+/// exit of the network `flags`; false if it did not happen in time. A
+/// young network's flags still move, and some clients (Arti) take only
+/// Fast exits.
+#[allow(dead_code)]
+pub fn wait_for_exit_flags(info: &NetworkInfo, flags: &[&str], limit: Duration) -> bool {
+    let Some(auth) = info
+        .nodes
+        .iter()
+        .find(|n| n.roles.contains(&Role::Authority))
+        .and_then(|n| n.dir_addr())
+    else {
+        return false;
+    };
+    let exits: Vec<&str> = info
+        .nodes
+        .iter()
+        .filter(|n| n.roles.contains(&Role::Exit))
+        .map(|n| n.name.as_str())
+        .collect();
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let cons = launcher::http_get_plain(auth, "/tor/status-vote/current/consensus-microdesc")
+            .unwrap_or_default();
+        if exits.iter().all(|e| has_flags(&cons, e, flags)) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            eprintln!("not every exit of {exits:?} has {flags:?} after {limit:?}");
+            return false;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 /// How long tests let a network bootstrap.

@@ -32,17 +32,6 @@ fn node<'a>(info: &'a NetworkInfo, name: &str) -> &'a NodeInfo {
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 
-/// True if the consensus lists `name` with every flag in `flags`.
-fn has_flags(cons: &str, name: &str, flags: &[&str]) -> bool {
-    let Some(start) = cons.find(&format!("\nr {name} ")) else {
-        return false;
-    };
-    let Some(s_line) = cons[start + 1..].lines().find(|l| l.starts_with("s ")) else {
-        return false;
-    };
-    flags.iter().all(|f| s_line.split(' ').any(|x| x == *f))
-}
-
 fn fp(info: &NetworkInfo, name: &str) -> String {
     node(info, name).fingerprint.clone().expect("fingerprint")
 }
@@ -219,7 +208,7 @@ fn mixed_network_interop() {
         let cons = http_get_plain(auth, "/tor/status-vote/current/consensus").unwrap_or_default();
         let pick = |names: &[&'static str]| {
             names.iter().copied().find(|n| {
-                has_flags(
+                common_net::has_flags(
                     &cons,
                     n,
                     &["Guard", "Stable", "Fast", "Valid", "V2Dir", "Running"],
