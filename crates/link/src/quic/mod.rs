@@ -343,6 +343,16 @@ impl QuicLink {
         self.conn.closed().await
     }
 
+    /// Wait until the connection is closed; the application error code
+    /// (see [`codes`]) when the peer closed it with one, None for any
+    /// other end (local close, idle timeout, transport error).
+    pub async fn closed_with_code(&self) -> Option<u32> {
+        match self.conn.closed().await {
+            ConnectionError::ApplicationClosed(c) => u32::try_from(c.error_code.into_inner()).ok(),
+            _ => None,
+        }
+    }
+
     /// Why the connection closed, if it has.
     pub fn close_reason(&self) -> Option<ConnectionError> {
         self.conn.close_reason()
