@@ -277,6 +277,51 @@ async fn stream_limit_is_enforced() {
     assert!(rl.close_reason().is_none());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_resets_the_circuit_stream_with_its_reason() {
+    let limits = QuicLimits {
+        max_circuit_streams: 1,
+        open_stream_timeout: Duration::from_millis(300),
+        ..QuicLimits::default()
+    };
+    let (s, _) = server(limits.clone());
+    let c = client(limits);
+    let ((il, _ictrl, _), (rl, _rctrl, _)) = pair(&c, &s).await;
+    let mut a = within("open", il.open_circuit_stream())
+        .await
+        .expect("open");
+    a.write_all(b"CREATE2").await.expect("write");
+    let mut ra = within("accept", rl.accept_circuit_stream())
+        .await
+        .expect("accept")
+        .expect("stream");
+    let mut buf = [0u8; 7];
+    within("read", ra.read_exact(&mut buf)).await.expect("read");
+    // The only stream slot is taken.
+    assert!(il.open_circuit_stream().await.is_err());
+    // The responder destroys the circuit with reason 9 (DESTROYED)...
+    ra.destroy(9);
+    // ...and the opener learns the reason from the reset.
+    let mut rest = Vec::new();
+    let err = within("reset seen", a.read_to_end(&mut rest))
+        .await
+        .expect_err("the stream was reset");
+    let code = onionmix_link::quic::peer_reset_code(&err).expect("a reset code");
+    assert_eq!(codes::destroy_reason(code), 9);
+    a.destroy(9);
+    drop(a);
+    drop(ra);
+    // The slot comes back.
+    within("open after destroy", async {
+        loop {
+            if il.open_circuit_stream().await.is_ok() {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 /// A server that echoes each control stream until the peer closes it.
 fn spawn_echo_server(t: QuicTransport) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {

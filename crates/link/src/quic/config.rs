@@ -16,10 +16,13 @@ use crate::certpolicy::{TorCertVerifier, provider};
 /// negotiate exactly this is closed.
 pub const ALPN: &[u8] = b"onionmix-link/1";
 
+/// The QUIC version links use (RFC 9000); no other is offered or accepted.
+pub const QUIC_VERSION: u32 = 1;
+
 /// Application error codes on CONNECTION_CLOSE, RESET_STREAM and
 /// STOP_SENDING.
 pub mod codes {
-    /// Orderly close (channel closed, circuit stream no longer wanted).
+    /// Orderly close (channel closed).
     pub const NO_ERROR: u32 = 0;
     /// The peer broke the link mapping (wrong ALPN, control stream not
     /// stream 0, a cell on the wrong stream, a failed link handshake).
@@ -27,12 +30,28 @@ pub mod codes {
     /// The peer failed the in-protocol authentication (CERTS or
     /// AUTHENTICATE did not check out, wrong identity).
     pub const AUTH_FAILED: u32 = 2;
-    /// A local limit (connections, memory pressure) ended the link or the
-    /// stream.
+    /// A local limit (connections, memory pressure) ended the link.
     pub const RESOURCE: u32 = 3;
-    /// A circuit stream was abandoned without a DESTROY cell: the circuit
-    /// is destroyed (reason INTERNAL) on both sides.
-    pub const CIRCUIT_ABANDONED: u32 = 4;
+    /// A circuit stream is reset with `DESTROY_BASE + reason`: that is
+    /// the DESTROY cell (tor-spec §5.4 reason byte) for its circuit.
+    pub const DESTROY_BASE: u32 = 0x100;
+    /// DESTROY reason PROTOCOL (tor-spec §5.4), for resets that carry no
+    /// DESTROY reason.
+    const REASON_PROTOCOL: u8 = 1;
+
+    /// The RESET_STREAM / STOP_SENDING code that destroys a circuit with
+    /// `reason`.
+    pub fn destroy_code(reason: u8) -> u32 {
+        DESTROY_BASE + u32::from(reason)
+    }
+
+    /// The DESTROY reason a circuit stream's reset code stands for. A code
+    /// outside the DESTROY range is a peer bug: reason PROTOCOL.
+    pub fn destroy_reason(code: u64) -> u8 {
+        code.checked_sub(u64::from(DESTROY_BASE))
+            .and_then(|r| u8::try_from(r).ok())
+            .unwrap_or(REASON_PROTOCOL)
+    }
 }
 
 /// The most circuit streams a link may ever allow (a sanity cap on
@@ -135,7 +154,8 @@ impl QuicLimits {
         let quic = QuicClientConfig::try_from(tls)
             .map_err(|_| LinkError::Config("no QUIC initial cipher suite"))?;
         let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
-        cfg.transport_config(self.transport()?);
+        cfg.transport_config(self.transport()?)
+            .version(QUIC_VERSION);
         Ok(cfg)
     }
 
@@ -198,5 +218,18 @@ mod tests {
             ..QuicLimits::default()
         };
         assert!(l.transport().is_err());
+    }
+
+    #[test]
+    fn destroy_codes_round_trip() {
+        for reason in [0u8, 1, 2, 5, 8, 9, 255] {
+            let c = codes::destroy_code(reason);
+            assert!(c >= codes::DESTROY_BASE && c < codes::DESTROY_BASE + 256);
+            assert_eq!(codes::destroy_reason(u64::from(c)), reason);
+        }
+        // Codes outside the range read as PROTOCOL, never panic.
+        for c in [0u64, 3, 0xFF, 0x200, u64::MAX] {
+            assert_eq!(codes::destroy_reason(c), 1);
+        }
     }
 }

@@ -20,8 +20,8 @@ use quinn::{Connection, ConnectionError, Endpoint, EndpointConfig, VarInt};
 use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub use config::{ALPN, QuicLimits, codes};
-pub use stream::QuicStream;
+pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicLimits, codes};
+pub use stream::{QuicStream, peer_reset_code};
 
 use crate::LinkError;
 use crate::certpolicy::SNI;
@@ -77,12 +77,9 @@ impl QuicTransport {
             None => (None, None),
         };
         let socket = std::net::UdpSocket::bind(bind)?;
-        let endpoint = Endpoint::new(
-            EndpointConfig::default(),
-            server_cfg,
-            socket,
-            Arc::new(quinn::TokioRuntime),
-        )?;
+        let mut ecfg = EndpointConfig::default();
+        ecfg.supported_versions(vec![QUIC_VERSION]);
+        let endpoint = Endpoint::new(ecfg, server_cfg, socket, Arc::new(quinn::TokioRuntime))?;
         Ok(QuicTransport {
             endpoint,
             client,

@@ -40,6 +40,11 @@ impl QuicStream {
         let _ = self.send.reset(code);
         let _ = self.recv.stop(code);
     }
+    /// Destroy this stream's circuit: reset both directions with
+    /// `DESTROY_BASE + reason` (the DESTROY cell of `docs/quic-links.md`).
+    pub fn destroy(&mut self, reason: u8) {
+        self.reset(super::codes::destroy_code(reason));
+    }
     /// Finish our sending side (FIN) after what was written so far.
     pub fn finish(&mut self) {
         let _ = self.send.finish();
@@ -48,6 +53,21 @@ impl QuicStream {
     pub fn into_split(self) -> (SendStream, RecvStream) {
         (self.send, self.recv)
     }
+}
+
+/// The application code of the peer's RESET_STREAM (seen reading) or
+/// STOP_SENDING (seen writing) behind an I/O error from a [`QuicStream`],
+/// if that is what ended it. For a circuit stream,
+/// [`super::codes::destroy_reason`] turns it into the DESTROY reason.
+pub fn peer_reset_code(e: &std::io::Error) -> Option<u64> {
+    let inner = e.get_ref()?;
+    if let Some(quinn::ReadError::Reset(code)) = inner.downcast_ref::<quinn::ReadError>() {
+        return Some(code.into_inner());
+    }
+    if let Some(quinn::WriteError::Stopped(code)) = inner.downcast_ref::<quinn::WriteError>() {
+        return Some(code.into_inner());
+    }
+    None
 }
 
 impl AsyncRead for QuicStream {
