@@ -224,7 +224,7 @@ mod tests {
     fn destroy_codes_round_trip() {
         for reason in [0u8, 1, 2, 5, 8, 9, 255] {
             let c = codes::destroy_code(reason);
-            assert!(c >= codes::DESTROY_BASE && c < codes::DESTROY_BASE + 256);
+            assert!((codes::DESTROY_BASE..codes::DESTROY_BASE + 256).contains(&c));
             assert_eq!(codes::destroy_reason(u64::from(c)), reason);
         }
         // Codes outside the range read as PROTOCOL, never panic.
