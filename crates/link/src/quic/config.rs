@@ -141,12 +141,20 @@ impl QuicLimits {
     /// Client configuration: TLS 1.3 only, our ALPN, the shared
     /// certificate policy, no resumption and no 0-RTT.
     pub(crate) fn client_config(&self) -> Result<quinn::ClientConfig, LinkError> {
+        self.client_config_with_alpn(ALPN)
+    }
+
+    /// [`Self::client_config`] offering another ALPN (tests).
+    pub(crate) fn client_config_with_alpn(
+        &self,
+        alpn: &[u8],
+    ) -> Result<quinn::ClientConfig, LinkError> {
         let mut tls = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .dangerous()
             .with_custom_certificate_verifier(TorCertVerifier::shared())
             .with_no_client_auth();
-        tls.alpn_protocols = vec![ALPN.to_vec()];
+        tls.alpn_protocols = vec![alpn.to_vec()];
         tls.enable_early_data = false;
         // No tickets: resumption would link connections and skip the
         // certificate the CERTS cell binds.

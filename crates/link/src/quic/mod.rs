@@ -10,6 +10,8 @@
 
 mod config;
 mod stream;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -242,12 +244,28 @@ impl QuicIncoming {
 }
 
 /// An established QUIC link: opens and accepts circuit streams, exports
-/// keying material, closes. Clones share the connection.
+/// keying material, closes. Clones share the connection; dropping the last
+/// clone closes it (NO_ERROR) even if streams are still held, so the
+/// transport's connection count matches the links alive.
 #[derive(Clone)]
 pub struct QuicLink {
     conn: Connection,
     open_timeout: Duration,
-    _permit: Arc<OwnedSemaphorePermit>,
+    _guard: Arc<LinkGuard>,
+}
+
+/// Closes the connection and frees its slot when the last [`QuicLink`]
+/// clone goes.
+struct LinkGuard {
+    conn: Connection,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        // A no-op if the connection is closed already.
+        self.conn.close(VarInt::from_u32(codes::NO_ERROR), b"");
+    }
 }
 
 impl std::fmt::Debug for QuicLink {
@@ -261,9 +279,12 @@ impl std::fmt::Debug for QuicLink {
 impl QuicLink {
     fn new(conn: Connection, limits: &QuicLimits, permit: OwnedSemaphorePermit) -> Self {
         QuicLink {
+            _guard: Arc::new(LinkGuard {
+                conn: conn.clone(),
+                _permit: permit,
+            }),
             conn,
             open_timeout: limits.open_stream_timeout,
-            _permit: Arc::new(permit),
         }
     }
 
