@@ -83,7 +83,8 @@ async fn another_alpn_is_refused() {
     let res = tokio::time::timeout(LONG, connecting)
         .await
         .expect("in time");
-    assert!(res.is_err(), "a connection with ALPN h3 must fail");
+    let err = res.expect_err("a connection with ALPN h3 must fail");
+    eprintln!("refused: {err}");
 }
 
 #[tokio::test]
