@@ -443,3 +443,60 @@ async fn connection_limit_refuses_extra_peers() {
     })
     .await;
 }
+
+/// Loopback throughput over circuit streams with the default limits:
+/// `cargo test --release -p onionmix-link --test quic -- --ignored --nocapture`.
+/// A number for orientation only (shared 2-core machine), not a check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement, run by hand"]
+async fn loopback_throughput() {
+    let (s, _) = server(QuicLimits::default());
+    let c = client(QuicLimits::default());
+    let ((il, _ictrl, _), (rl, _rctrl, _)) = pair(&c, &s).await;
+    for streams in [1usize, 8] {
+        let per = 64 * 1024 * 1024 / streams;
+        let start = std::time::Instant::now();
+        let mut writers = Vec::new();
+        for _ in 0..streams {
+            let mut st = il.open_circuit_stream().await.expect("open");
+            writers.push(tokio::spawn(async move {
+                let chunk = vec![0x5Au8; 64 * 1024];
+                for _ in 0..per / chunk.len() {
+                    st.write_all(&chunk).await.expect("write");
+                }
+                st.finish();
+                st
+            }));
+        }
+        let mut readers = Vec::new();
+        for _ in 0..streams {
+            let mut rs = within("accept", rl.accept_circuit_stream())
+                .await
+                .expect("accept")
+                .expect("stream");
+            readers.push(tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut n = 0usize;
+                loop {
+                    let k = rs.read(&mut buf).await.expect("read");
+                    if k == 0 {
+                        break n;
+                    }
+                    n += k;
+                }
+            }));
+        }
+        let mut total = 0usize;
+        for r in readers {
+            total += within("reader", r).await.expect("reader");
+        }
+        for w in writers {
+            let _ = within("writer", w).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!(
+            "{streams} stream(s): {total} bytes in {secs:.2} s = {:.0} Mbit/s",
+            total as f64 * 8.0 / secs / 1e6
+        );
+    }
+}
