@@ -1,15 +1,19 @@
 //! Link layer: the transports that carry Tor channels and the I/O tasks
 //! that move cells between a transport and a channel reactor.
 //!
-//! A transport yields a bidirectional byte stream plus the facts the
+//! Two transports: TLS over TCP ([`tls`]) and QUIC ([`quic`], one stream
+//! per circuit plus a control stream). A transport yields a bidirectional byte stream plus the facts the
 //! in-protocol handshake needs (the peer's TLS certificate, an RFC 5705
 //! exporter). Everything above this crate sees [`ChannelIo`], a pair of
 //! bounded queues of cells, and never knows which transport carries it.
 
+mod certpolicy;
 pub mod io;
+pub mod quic;
 pub mod tls;
 
 pub use io::{ChannelIo, ChannelWriter, spawn_channel_io};
+pub use quic::{QuicLimits, QuicLink, QuicStream, QuicTransport};
 pub use tls::{TlsInfo, TlsTransport};
 
 /// Errors from link transports.
@@ -30,4 +34,16 @@ pub enum LinkError {
     /// A cell could not be decoded.
     #[error("cell error: {0}")]
     Cell(#[from] onionmix_cell::CellError),
+    /// A QUIC connection could not be started.
+    #[error("QUIC connect error: {0}")]
+    QuicConnect(#[from] quinn::ConnectError),
+    /// A QUIC connection failed or was closed.
+    #[error("QUIC connection: {0}")]
+    QuicConnection(#[from] quinn::ConnectionError),
+    /// A local bound was reached.
+    #[error("limit reached: {0}")]
+    Limit(&'static str),
+    /// The transport's configuration is unusable.
+    #[error("configuration: {0}")]
+    Config(&'static str),
 }

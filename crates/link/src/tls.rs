@@ -3,75 +3,22 @@
 //! binds the TLS certificate to the relay's identity keys. We still verify
 //! that the peer owns the key in the certificate it presented (the TLS
 //! handshake signature), so the SHA-256 of that certificate is meaningful.
+//! The policy lives in `certpolicy`, shared with the QUIC transport.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::LinkError;
+use crate::certpolicy::{SNI, TorCertVerifier, provider};
 
 /// RFC 5705 exporter label for LinkAuth=3 (tor-spec §4.4.2).
 pub const AUTH3_EXPORTER_LABEL: &[u8] = b"EXPORTER FOR TOR TLS CLIENT BINDING AUTH0003";
-
-fn provider() -> Arc<CryptoProvider> {
-    static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    P.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
-}
-
-/// Accepts any certificate chain but checks handshake signatures.
-#[derive(Debug)]
-struct TorCertVerifier(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for TorCertVerifier {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// Facts about an established TLS session that the Tor handshake needs.
 #[derive(Debug, Clone)]
@@ -210,7 +157,7 @@ impl TlsTransport {
         let config = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(TorCertVerifier(provider())))
+            .with_custom_certificate_verifier(TorCertVerifier::shared())
             .with_no_client_auth();
         Ok(TlsTransport {
             connector: TlsConnector::from(Arc::new(config)),
@@ -269,8 +216,7 @@ impl TlsTransport {
             };
             tcp.set_nodelay(true)?;
             // Tor does not check SNI; send a plausible one.
-            let name = ServerName::try_from("www.onionmix.invalid")
-                .map_err(|e| LinkError::Protocol(e.to_string()))?;
+            let name = ServerName::try_from(SNI).map_err(|e| LinkError::Protocol(e.to_string()))?;
             let tls = self.connector.connect(name, tcp).await?;
             let peer_cert = tls
                 .get_ref()

@@ -394,3 +394,50 @@ where
         .await
         .map_err(|_| DriveError::TimedOut)?
 }
+
+/// Run a responder link handshake (answer VERSIONS with VERSIONS, CERTS,
+/// AUTH_CHALLENGE, NETINFO; check the initiator's CERTS + AUTHENTICATE
+/// when it authenticates) over an established transport stream, within
+/// `limit`. `exporter(stream, cid)` returns the transport's TLS exporter
+/// output for AUTHENTICATE's TLSSECRETS (from the TLS stream itself, or
+/// from the QUIC connection the control stream belongs to). Returns the
+/// accepted channel and the bytes already read past the handshake. The
+/// one copy of this loop: the relay's TLS listener and QUIC links use it.
+pub async fn drive_responder_handshake<S, E>(
+    stream: &mut S,
+    mut hs: onionmix_proto::channel::ResponderHandshake<'_>,
+    exporter: E,
+    limit: std::time::Duration,
+) -> Result<(onionmix_proto::channel::Accepted, bytes::BytesMut), DriveError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    E: Fn(&S, &[u8; 32]) -> Option<[u8; 32]>,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async {
+        let mut input = bytes::BytesMut::with_capacity(16 * 1024);
+        let mut out = bytes::BytesMut::new();
+        loop {
+            if stream.read_buf(&mut input).await? == 0 {
+                return Err(DriveError::Closed);
+            }
+            let done = {
+                let s = &*stream;
+                let export = |ctx: &[u8; 32]| exporter(s, ctx);
+                hs.handle(&mut input, &mut out, &export)
+                    .map_err(|e| DriveError::Handshake(e.to_string()))?
+            };
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                stream.flush().await?;
+                out.clear();
+            }
+            if let Some(acc) = done {
+                return Ok((acc, input));
+            }
+        }
+    };
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| DriveError::TimedOut)?
+}

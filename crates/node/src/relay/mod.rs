@@ -21,8 +21,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
@@ -377,33 +375,16 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit
             .accept(tcp)
             .await
             .map_err(|e| format!("TLS accept failed: {e}"))?;
-        let mut hs =
-            ResponderHandshake::new(link_id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
-        let mut input = BytesMut::with_capacity(16 * 1024);
-        let mut out = BytesMut::new();
-        loop {
-            let n = tls.read_buf(&mut input).await.map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("closed during handshake".to_string());
-            }
-            let res = {
-                let t = &tls;
-                let exporter = |ctx_bytes: &[u8; 32]| {
-                    t.export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
-                        .ok()
-                };
-                hs.handle(&mut input, &mut out, &exporter)
-            };
-            let done = res.map_err(|e| e.to_string())?;
-            if !out.is_empty() {
-                tls.write_all(&out).await.map_err(|e| e.to_string())?;
-                tls.flush().await.map_err(|e| e.to_string())?;
-                out.clear();
-            }
-            if let Some(acc) = done {
-                return Ok((acc, input, tls));
-            }
-        }
+        let hs = ResponderHandshake::new(link_id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
+        let exporter = |t: &onionmix_link::tls::TlsStream, ctx_bytes: &[u8; 32]| {
+            t.export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
+                .ok()
+        };
+        let (acc, input) =
+            crate::glue::drive_responder_handshake(&mut tls, hs, exporter, LINK_HANDSHAKE_TIMEOUT)
+                .await
+                .map_err(|e| e.to_string())?;
+        Ok::<_, String>((acc, input, tls))
     };
     let (acc, leftover, tls) = match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
         Ok(Ok(x)) => x,

@@ -1,0 +1,243 @@
+//! The QUIC link's fixed choices (ALPN, error codes) and its bounded
+//! limits, and how they become rustls and quinn configurations. The
+//! numbers are the ones `docs/quic-links.md` specifies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{IdleTimeout, TransportConfig, VarInt};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::LinkError;
+use crate::certpolicy::{TorCertVerifier, provider};
+
+/// The ALPN protocol a QUIC link negotiates; a connection that did not
+/// negotiate exactly this is closed.
+pub const ALPN: &[u8] = b"onionmix-link/1";
+
+/// The QUIC version links use (RFC 9000); no other is offered or accepted.
+pub const QUIC_VERSION: u32 = 1;
+
+/// Application error codes on CONNECTION_CLOSE, RESET_STREAM and
+/// STOP_SENDING.
+pub mod codes {
+    /// Orderly close (channel closed).
+    pub const NO_ERROR: u32 = 0;
+    /// The peer broke the link mapping (wrong ALPN, control stream not
+    /// stream 0, a cell on the wrong stream, a failed link handshake).
+    pub const PROTOCOL: u32 = 1;
+    /// The peer failed the in-protocol authentication (CERTS or
+    /// AUTHENTICATE did not check out, wrong identity).
+    pub const AUTH_FAILED: u32 = 2;
+    /// A local limit (connections, memory pressure) ended the link.
+    pub const RESOURCE: u32 = 3;
+    /// A circuit stream is reset with `DESTROY_BASE + reason`: that is
+    /// the DESTROY cell (tor-spec §5.4 reason byte) for its circuit.
+    pub const DESTROY_BASE: u32 = 0x100;
+    /// DESTROY reason PROTOCOL (tor-spec §5.4), for resets that carry no
+    /// DESTROY reason.
+    const REASON_PROTOCOL: u8 = 1;
+
+    /// The RESET_STREAM / STOP_SENDING code that destroys a circuit with
+    /// `reason`.
+    pub fn destroy_code(reason: u8) -> u32 {
+        DESTROY_BASE + u32::from(reason)
+    }
+
+    /// The DESTROY reason a circuit stream's reset code stands for. A code
+    /// outside the DESTROY range is a peer bug: reason PROTOCOL.
+    pub fn destroy_reason(code: u64) -> u8 {
+        code.checked_sub(u64::from(DESTROY_BASE))
+            .and_then(|r| u8::try_from(r).ok())
+            .unwrap_or(REASON_PROTOCOL)
+    }
+}
+
+/// The most circuit streams a link may ever allow (a sanity cap on
+/// [`QuicLimits::max_circuit_streams`]).
+pub const MAX_CIRCUIT_STREAMS_CAP: u32 = 1 << 20;
+
+/// Every bound of a QUIC link. The defaults are what relays use; tests
+/// shrink them.
+#[derive(Debug, Clone)]
+pub struct QuicLimits {
+    /// Circuit streams the peer may have open towards us at once (the
+    /// transport parameter is this plus one, for the control stream).
+    pub max_circuit_streams: u32,
+    /// Bytes one stream may have in flight towards us (flow control).
+    pub stream_receive_window: u32,
+    /// Bytes all streams together may have in flight towards us.
+    pub receive_window: u32,
+    /// Bytes we buffer for sending across all streams.
+    pub send_window: u64,
+    /// A connection silent this long is dropped (QUIC idle timeout).
+    pub idle_timeout: Duration,
+    /// The QUIC handshake, and the control stream's arrival after it, must
+    /// each finish within this.
+    pub handshake_timeout: Duration,
+    /// Waiting for stream credit to open a circuit stream gives up after
+    /// this.
+    pub open_stream_timeout: Duration,
+    /// Established plus handshaking connections per transport.
+    pub max_connections: usize,
+    /// Handshakes the endpoint keeps pending before refusing new ones.
+    pub max_pending_handshakes: usize,
+}
+
+impl Default for QuicLimits {
+    fn default() -> Self {
+        QuicLimits {
+            max_circuit_streams: 1024,
+            stream_receive_window: 512 * 1024,
+            receive_window: 8 * 1024 * 1024,
+            send_window: 8 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(600),
+            handshake_timeout: Duration::from_secs(10),
+            open_stream_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            max_pending_handshakes: 256,
+        }
+    }
+}
+
+impl QuicLimits {
+    fn check(&self) -> Result<(), LinkError> {
+        if self.max_circuit_streams == 0
+            || self.max_circuit_streams > MAX_CIRCUIT_STREAMS_CAP
+            || self.stream_receive_window == 0
+            || self.stream_receive_window > self.receive_window
+            || self.max_connections == 0
+            || self.max_pending_handshakes == 0
+        {
+            return Err(LinkError::Config("inconsistent QUIC limits"));
+        }
+        Ok(())
+    }
+
+    /// The transport parameters and local behaviour both sides use.
+    pub(crate) fn transport(&self) -> Result<Arc<TransportConfig>, LinkError> {
+        self.check()?;
+        let idle = IdleTimeout::try_from(self.idle_timeout)
+            .map_err(|_| LinkError::Config("QUIC idle timeout out of range"))?;
+        let mut t = TransportConfig::default();
+        t.max_concurrent_bidi_streams(VarInt::from_u32(self.max_circuit_streams + 1))
+            .max_concurrent_uni_streams(VarInt::from_u32(0))
+            .stream_receive_window(VarInt::from_u32(self.stream_receive_window))
+            .receive_window(VarInt::from_u32(self.receive_window))
+            .send_window(self.send_window)
+            .max_idle_timeout(Some(idle))
+            // Tor's own channel padding keeps links alive.
+            .keep_alive_interval(None)
+            // The spin bit shows the RTT to on-path observers.
+            .allow_spin(false)
+            // No DATAGRAM frames: the parameter is not advertised, so a
+            // peer sending one commits a protocol violation.
+            .datagram_receive_buffer_size(None)
+            .datagram_send_buffer_size(0);
+        Ok(Arc::new(t))
+    }
+
+    /// Client configuration: TLS 1.3 only, our ALPN, the shared
+    /// certificate policy, no resumption and no 0-RTT.
+    pub(crate) fn client_config(&self) -> Result<quinn::ClientConfig, LinkError> {
+        self.client_config_with_alpn(ALPN)
+    }
+
+    /// [`Self::client_config`] offering another ALPN (tests).
+    pub(crate) fn client_config_with_alpn(
+        &self,
+        alpn: &[u8],
+    ) -> Result<quinn::ClientConfig, LinkError> {
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .dangerous()
+            .with_custom_certificate_verifier(TorCertVerifier::shared())
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        tls.enable_early_data = false;
+        // No tickets: resumption would link connections and skip the
+        // certificate the CERTS cell binds.
+        tls.resumption = rustls::client::Resumption::disabled();
+        let quic = QuicClientConfig::try_from(tls)
+            .map_err(|_| LinkError::Config("no QUIC initial cipher suite"))?;
+        let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
+        cfg.transport_config(self.transport()?)
+            .version(QUIC_VERSION);
+        Ok(cfg)
+    }
+
+    /// Server configuration for the given certificate and PKCS#8 key.
+    pub(crate) fn server_config(
+        &self,
+        cert_der: Vec<u8>,
+        key_pkcs8_der: Vec<u8>,
+    ) -> Result<quinn::ServerConfig, LinkError> {
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(cert_der)],
+                PrivateKeyDer::Pkcs8(key_pkcs8_der.into()),
+            )?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        // 0-RTT off (QUIC allows only 0 or u32::MAX here), no tickets.
+        tls.max_early_data_size = 0;
+        tls.send_tls13_tickets = 0;
+        tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        let quic = QuicServerConfig::try_from(tls)
+            .map_err(|_| LinkError::Config("no QUIC initial cipher suite"))?;
+        let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(quic));
+        cfg.transport_config(self.transport()?)
+            .migration(false)
+            .max_incoming(self.max_pending_handshakes);
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_consistent() {
+        let l = QuicLimits::default();
+        assert!(l.transport().is_ok());
+        assert!(l.client_config().is_ok());
+        // The connection window bounds what one peer can make us buffer.
+        assert!(l.stream_receive_window <= l.receive_window);
+    }
+
+    #[test]
+    fn inconsistent_limits_are_refused() {
+        let l = QuicLimits {
+            stream_receive_window: 2,
+            receive_window: 1,
+            ..QuicLimits::default()
+        };
+        assert!(l.transport().is_err());
+        let l = QuicLimits {
+            max_circuit_streams: 0,
+            ..QuicLimits::default()
+        };
+        assert!(l.transport().is_err());
+        let l = QuicLimits {
+            idle_timeout: Duration::from_secs(u64::MAX),
+            ..QuicLimits::default()
+        };
+        assert!(l.transport().is_err());
+    }
+
+    #[test]
+    fn destroy_codes_round_trip() {
+        for reason in [0u8, 1, 2, 5, 8, 9, 255] {
+            let c = codes::destroy_code(reason);
+            assert!((codes::DESTROY_BASE..codes::DESTROY_BASE + 256).contains(&c));
+            assert_eq!(codes::destroy_reason(u64::from(c)), reason);
+        }
+        // Codes outside the range read as PROTOCOL, never panic.
+        for c in [0u64, 3, 0xFF, 0x200, u64::MAX] {
+            assert_eq!(codes::destroy_reason(c), 1);
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! QUIC links (quinn over rustls/ring): one QUIC connection carries one
+//! Tor channel. The initiator's first bidirectional stream is the control
+//! stream (the link handshake and every channel-level cell); each circuit
+//! gets its own bidirectional stream, opened by the side that sends the
+//! CREATE2. `docs/quic-links.md` is the specification; this module is
+//! the transport half of it: connections, the control stream, circuit
+//! streams, the bounds, and the facts the link handshake needs (the peer's
+//! certificate and the RFC 5705 / TLS 1.3 exporter), exposed exactly as
+//! the TLS transport exposes them ([`TlsInfo`]).
+
+mod config;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::HandshakeData;
+use quinn::{Connection, ConnectionError, Endpoint, EndpointConfig, VarInt};
+use rustls::pki_types::CertificateDer;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicLimits, codes};
+pub use stream::{QuicStream, peer_reset_code};
+
+use crate::LinkError;
+use crate::certpolicy::SNI;
+use crate::tls::TlsInfo;
+
+/// The QUIC transport: one UDP socket (a quinn endpoint) that connects out
+/// and, for a relay, accepts links.
+#[derive(Clone)]
+pub struct QuicTransport {
+    endpoint: Endpoint,
+    client: quinn::ClientConfig,
+    own_cert: Option<Vec<u8>>,
+    limits: QuicLimits,
+    connections: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for QuicTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicTransport")
+            .field("server", &self.own_cert.is_some())
+            .finish()
+    }
+}
+
+impl QuicTransport {
+    /// A client-only transport on a UDP socket bound to `bind` (port 0
+    /// for any).
+    pub fn client(bind: SocketAddr, limits: QuicLimits) -> Result<Self, LinkError> {
+        Self::build(bind, None, limits)
+    }
+
+    /// A transport that also accepts links on `bind` (the ORPort's port
+    /// number, UDP, unless configured otherwise) with the given
+    /// certificate and PKCS#8 key: the relay's TLS certificate, so the
+    /// CERTS type 5 certificate covers both transports.
+    pub fn server(
+        bind: SocketAddr,
+        cert_der: Vec<u8>,
+        key_pkcs8_der: Vec<u8>,
+        limits: QuicLimits,
+    ) -> Result<Self, LinkError> {
+        Self::build(bind, Some((cert_der, key_pkcs8_der)), limits)
+    }
+
+    fn build(
+        bind: SocketAddr,
+        server: Option<(Vec<u8>, Vec<u8>)>,
+        limits: QuicLimits,
+    ) -> Result<Self, LinkError> {
+        let client = limits.client_config()?;
+        let (server_cfg, own_cert) = match server {
+            Some((cert, key)) => (Some(limits.server_config(cert.clone(), key)?), Some(cert)),
+            None => (None, None),
+        };
+        let socket = std::net::UdpSocket::bind(bind)?;
+        let mut ecfg = EndpointConfig::default();
+        ecfg.supported_versions(vec![QUIC_VERSION]);
+        let endpoint = Endpoint::new(ecfg, server_cfg, socket, Arc::new(quinn::TokioRuntime))?;
+        Ok(QuicTransport {
+            endpoint,
+            client,
+            own_cert,
+            connections: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+        })
+    }
+
+    /// The local UDP address.
+    pub fn local_addr(&self) -> Result<SocketAddr, LinkError> {
+        Ok(self.endpoint.local_addr()?)
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &QuicLimits {
+        &self.limits
+    }
+
+    /// Connections open or handshaking now.
+    pub fn open_connections(&self) -> usize {
+        self.limits
+            .max_connections
+            .saturating_sub(self.connections.available_permits())
+    }
+
+    /// Connect to a relay: QUIC handshake, then open the control stream.
+    /// The caller runs the link handshake on it (VERSIONS first, which
+    /// makes the stream visible to the peer).
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+    ) -> Result<(QuicLink, QuicStream, TlsInfo), LinkError> {
+        let permit = self
+            .connections
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| LinkError::Limit("QUIC connections"))?;
+        let connecting = self.endpoint.connect_with(self.client.clone(), addr, SNI)?;
+        let conn = tokio::time::timeout(self.limits.handshake_timeout, connecting)
+            .await
+            .map_err(|_| LinkError::Timeout("QUIC handshake"))??;
+        let link = QuicLink::new(conn, &self.limits, permit);
+        link.check_alpn()?;
+        let peer_cert = link.peer_cert();
+        if peer_cert.is_none() {
+            link.close(codes::PROTOCOL);
+            return Err(LinkError::Protocol("responder sent no certificate".into()));
+        }
+        // Credit for stream 0 is always there (the peer allows at least
+        // one stream); the timeout covers a peer that allows none.
+        let (send, recv) = tokio::time::timeout(self.limits.handshake_timeout, link.conn.open_bi())
+            .await
+            .map_err(|_| LinkError::Timeout("QUIC control stream"))??;
+        let control = QuicStream::new(send, recv);
+        if control.index() != 0 {
+            link.close(codes::PROTOCOL);
+            return Err(LinkError::Protocol("control stream is not stream 0".into()));
+        }
+        Ok((
+            link,
+            control,
+            TlsInfo {
+                peer_cert,
+                own_cert: None,
+            },
+        ))
+    }
+
+    /// Wait for the next incoming connection attempt. Returns None once
+    /// the endpoint is closed. Attempts over the connection limit are
+    /// refused here; the caller runs [`QuicIncoming::handshake`] (in its
+    /// own task, so a slow peer does not hold up the others).
+    pub async fn accept(&self) -> Option<QuicIncoming> {
+        loop {
+            let incoming = self.endpoint.accept().await?;
+            match self.connections.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    return Some(QuicIncoming {
+                        incoming,
+                        permit,
+                        own_cert: self.own_cert.clone(),
+                        limits: self.limits.clone(),
+                    });
+                }
+                Err(_) => {
+                    tracing::debug!("QUIC connection limit reached; refusing");
+                    incoming.refuse();
+                }
+            }
+        }
+    }
+
+    /// Close every connection and stop accepting.
+    pub fn close(&self) {
+        self.endpoint
+            .close(VarInt::from_u32(codes::NO_ERROR), b"shutdown");
+    }
+
+    /// Wait (bounded by `limit`) until every connection has finished
+    /// closing, so close frames reach the peers.
+    pub async fn wait_idle(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.endpoint.wait_idle()).await;
+    }
+}
+
+/// A connection attempt accepted by [`QuicTransport::accept`].
+pub struct QuicIncoming {
+    incoming: quinn::Incoming,
+    permit: OwnedSemaphorePermit,
+    own_cert: Option<Vec<u8>>,
+    limits: QuicLimits,
+}
+
+impl std::fmt::Debug for QuicIncoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicIncoming").finish()
+    }
+}
+
+impl QuicIncoming {
+    /// The peer's UDP address.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.incoming.remote_address()
+    }
+
+    /// Run the QUIC handshake and wait for the initiator's control stream
+    /// (its first bidirectional stream), each within the handshake
+    /// timeout.
+    pub async fn handshake(self) -> Result<(QuicLink, QuicStream, TlsInfo), LinkError> {
+        let limits = self.limits;
+        let connecting = self.incoming.accept()?;
+        let conn = tokio::time::timeout(limits.handshake_timeout, connecting)
+            .await
+            .map_err(|_| LinkError::Timeout("QUIC handshake"))??;
+        let link = QuicLink::new(conn, &limits, self.permit);
+        link.check_alpn()?;
+        let (send, recv) = tokio::time::timeout(limits.handshake_timeout, link.conn.accept_bi())
+            .await
+            .map_err(|_| {
+                link.close(codes::PROTOCOL);
+                LinkError::Timeout("QUIC control stream")
+            })??;
+        let control = QuicStream::new(send, recv);
+        if control.index() != 0 {
+            // accept_bi yields the lowest-numbered new stream, so this is
+            // only reachable if stream 0 was opened and already abandoned.
+            link.close(codes::PROTOCOL);
+            return Err(LinkError::Protocol("control stream is not stream 0".into()));
+        }
+        Ok((
+            link,
+            control,
+            TlsInfo {
+                peer_cert: None,
+                own_cert: self.own_cert,
+            },
+        ))
+    }
+}
+
+/// An established QUIC link: opens and accepts circuit streams, exports
+/// keying material, closes. Clones share the connection; dropping the last
+/// clone closes it (NO_ERROR) even if streams are still held, so the
+/// transport's connection count matches the links alive.
+#[derive(Clone)]
+pub struct QuicLink {
+    conn: Connection,
+    open_timeout: Duration,
+    _guard: Arc<LinkGuard>,
+}
+
+/// Closes the connection and frees its slot when the last [`QuicLink`]
+/// clone goes.
+struct LinkGuard {
+    conn: Connection,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        // A no-op if the connection is closed already.
+        self.conn.close(VarInt::from_u32(codes::NO_ERROR), b"");
+    }
+}
+
+impl std::fmt::Debug for QuicLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicLink")
+            .field("id", &self.conn.stable_id())
+            .finish()
+    }
+}
+
+impl QuicLink {
+    fn new(conn: Connection, limits: &QuicLimits, permit: OwnedSemaphorePermit) -> Self {
+        QuicLink {
+            _guard: Arc::new(LinkGuard {
+                conn: conn.clone(),
+                _permit: permit,
+            }),
+            conn,
+            open_timeout: limits.open_stream_timeout,
+        }
+    }
+
+    fn check_alpn(&self) -> Result<(), LinkError> {
+        let ok = self
+            .conn
+            .handshake_data()
+            .and_then(|d| d.downcast::<HandshakeData>().ok())
+            .and_then(|d| d.protocol)
+            .is_some_and(|p| p == ALPN);
+        if ok {
+            Ok(())
+        } else {
+            self.close(codes::PROTOCOL);
+            Err(LinkError::Protocol("QUIC ALPN mismatch".into()))
+        }
+    }
+
+    /// DER of the certificate the peer presented (the responder's, seen
+    /// by the initiator; initiators present none).
+    pub fn peer_cert(&self) -> Option<Vec<u8>> {
+        self.conn
+            .peer_identity()
+            .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+            .and_then(|chain| chain.first().map(|c| c.as_ref().to_vec()))
+    }
+
+    /// The TLS 1.3 exporter (RFC 8446 §7.5, the RFC 5705 interface) of
+    /// this connection's handshake, 32 bytes: AUTHENTICATE's TLSSECRETS.
+    pub fn export(&self, label: &[u8], context: &[u8]) -> Result<[u8; 32], LinkError> {
+        let mut out = [0u8; 32];
+        self.conn
+            .export_keying_material(&mut out, label, context)
+            .map_err(|_| LinkError::Protocol("TLS exporter unavailable".into()))?;
+        Ok(out)
+    }
+
+    /// Open a stream for a new circuit (the side sending CREATE2 opens
+    /// it; the CREATE2 cell must be the first thing written). Waits for
+    /// stream credit when the peer's limit is reached, at most the open
+    /// timeout.
+    pub async fn open_circuit_stream(&self) -> Result<QuicStream, LinkError> {
+        let (send, recv) = tokio::time::timeout(self.open_timeout, self.conn.open_bi())
+            .await
+            .map_err(|_| LinkError::Timeout("QUIC stream credit"))??;
+        Ok(QuicStream::new(send, recv))
+    }
+
+    /// The next circuit stream the peer opened. `Ok(None)` when the link
+    /// closed in order. This waits on peer activity, not on an answer:
+    /// the QUIC idle timeout bounds it.
+    pub async fn accept_circuit_stream(&self) -> Result<Option<QuicStream>, LinkError> {
+        match self.conn.accept_bi().await {
+            Ok((send, recv)) => Ok(Some(QuicStream::new(send, recv))),
+            Err(ConnectionError::LocallyClosed) => Ok(None),
+            Err(ConnectionError::ApplicationClosed(c))
+                if c.error_code == VarInt::from_u32(codes::NO_ERROR) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Close the connection with an application error code (see
+    /// [`codes`]); every stream ends with it.
+    pub fn close(&self, code: u32) {
+        self.conn.close(VarInt::from_u32(code), b"");
+    }
+
+    /// Wait until the connection is closed, by either side or by the idle
+    /// timeout; returns why.
+    pub async fn closed(&self) -> ConnectionError {
+        self.conn.closed().await
+    }
+
+    /// Wait until the connection is closed; the application error code
+    /// (see [`codes`]) when the peer closed it with one, None for any
+    /// other end (local close, idle timeout, transport error).
+    pub async fn closed_with_code(&self) -> Option<u32> {
+        match self.conn.closed().await {
+            ConnectionError::ApplicationClosed(c) => u32::try_from(c.error_code.into_inner()).ok(),
+            _ => None,
+        }
+    }
+
+    /// Why the connection closed, if it has.
+    pub fn close_reason(&self) -> Option<ConnectionError> {
+        self.conn.close_reason()
+    }
+
+    /// The peer's UDP address.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.conn.remote_address()
+    }
+
+    /// A process-unique ID of this connection.
+    pub fn stable_id(&self) -> usize {
+        self.conn.stable_id()
+    }
+}

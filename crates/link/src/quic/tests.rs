@@ -1,0 +1,130 @@
+//! What a QUIC link refuses: another ALPN, unidirectional streams (no
+//! credit; a peer ignoring that commits STREAM_LIMIT_ERROR, which quinn
+//! enforces), datagrams; and that dropping the last link handle closes
+//! the connection and frees its slot.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+
+use super::*;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn server() -> QuicTransport {
+    let ck = rcgen::generate_simple_self_signed(vec!["www.example.invalid".into()])
+        .expect("certificate");
+    QuicTransport::server(
+        "127.0.0.1:0".parse().expect("address"),
+        ck.cert.der().to_vec(),
+        ck.signing_key.serialize_der(),
+        QuicLimits::default(),
+    )
+    .expect("server")
+}
+
+fn client() -> QuicTransport {
+    QuicTransport::client(
+        "127.0.0.1:0".parse().expect("address"),
+        QuicLimits::default(),
+    )
+    .expect("client")
+}
+
+/// Connect and accept; the control stream carries one byte.
+async fn pair(c: &QuicTransport, s: &QuicTransport) -> (QuicLink, QuicLink) {
+    let addr = s.local_addr().expect("addr");
+    let (a, b) = tokio::time::timeout(LONG, async {
+        tokio::join!(
+            async {
+                let (l, mut ctrl, _) = c.connect(addr).await.expect("connect");
+                ctrl.write_all(b"v").await.expect("write");
+                (l, ctrl)
+            },
+            async {
+                s.accept()
+                    .await
+                    .expect("incoming")
+                    .handshake()
+                    .await
+                    .expect("handshake")
+            }
+        )
+    })
+    .await
+    .expect("in time");
+    // Streams are kept alive by the links' owners in real use; here the
+    // control streams may go.
+    drop(a.1);
+    (a.0, b.0)
+}
+
+#[tokio::test]
+async fn another_alpn_is_refused() {
+    let s = server();
+    let addr = s.local_addr().expect("addr");
+    let _accepting = tokio::spawn({
+        let s = s.clone();
+        async move {
+            while let Some(inc) = s.accept().await {
+                let _ = inc.handshake().await;
+            }
+        }
+    });
+    let cfg = QuicLimits::default()
+        .client_config_with_alpn(b"h3")
+        .expect("config");
+    let c = client();
+    let connecting = c
+        .endpoint
+        .connect_with(cfg, addr, crate::certpolicy::SNI)
+        .expect("connect");
+    let res = tokio::time::timeout(LONG, connecting)
+        .await
+        .expect("in time");
+    let err = res.expect_err("a connection with ALPN h3 must fail");
+    eprintln!("refused: {err}");
+}
+
+#[tokio::test]
+async fn unidirectional_streams_get_no_credit() {
+    let s = server();
+    let c = client();
+    let (il, rl) = pair(&c, &s).await;
+    // Our own limits allow the peer no unidirectional stream, so quinn
+    // will not even let us open one towards it.
+    let opened = tokio::time::timeout(Duration::from_millis(500), il.conn.open_uni()).await;
+    assert!(opened.is_err(), "no credit for unidirectional streams");
+    assert!(rl.close_reason().is_none());
+}
+
+#[tokio::test]
+async fn datagrams_are_not_offered() {
+    let s = server();
+    let c = client();
+    let (il, rl) = pair(&c, &s).await;
+    assert!(il.conn.max_datagram_size().is_none());
+    assert!(rl.conn.max_datagram_size().is_none());
+    assert!(il.conn.send_datagram(Bytes::from_static(b"x")).is_err());
+}
+
+#[tokio::test]
+async fn dropping_the_last_link_closes_the_connection() {
+    let s = server();
+    let c = client();
+    let (il, rl) = pair(&c, &s).await;
+    let il2 = il.clone();
+    drop(il);
+    assert!(il2.close_reason().is_none(), "a clone keeps it open");
+    assert_eq!(c.open_connections(), 1);
+    let stream = il2.open_circuit_stream().await.expect("stream");
+    drop(il2);
+    // The held stream does not keep the connection (or its slot).
+    assert_eq!(c.open_connections(), 0);
+    let code = tokio::time::timeout(LONG, rl.closed_with_code())
+        .await
+        .expect("in time");
+    assert_eq!(code, Some(codes::NO_ERROR));
+    drop(stream);
+}
