@@ -20,5 +20,7 @@ pub mod dns;
 pub mod flows;
 pub mod mapping;
 pub mod packet;
+#[cfg(test)]
+mod testutil;
 
 pub use counters::{Counters, DropReason};

@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use crate::counters::{self, Counters, DropReason};
 
-mod build;
+pub(crate) mod build;
 pub use build::{Unreachable, icmp_unreachable, tcp_rst_for_syn, udp_packet};
 
 /// IP protocol numbers used here.
