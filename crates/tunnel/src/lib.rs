@@ -13,7 +13,8 @@
 //!   unreachable, TCP RST);
 //! - [`flows`]: the flow table, isolation keys and the per-flow state
 //!   machine;
-//! - [`counters`]: what the tunnel counts.
+//! - [`counters`]: what the tunnel counts;
+//! - [`tunnel`]: the pieces together, one packet in, one decision out.
 
 pub mod counters;
 pub mod dns;
@@ -22,5 +23,7 @@ pub mod mapping;
 pub mod packet;
 #[cfg(test)]
 mod testutil;
+pub mod tunnel;
 
 pub use counters::{Counters, DropReason};
+pub use tunnel::{Output, Tunnel, TunnelConfig};
