@@ -74,11 +74,15 @@ pub fn handle(
     if q.opcode != 0 || q.qclass != wire::CLASS_IN {
         return reply(c, wire::build_answer(&q, Rcode::NotImp, &[], ANSWER_TTL));
     }
-    if q.name.as_deref() == Some("") {
+    if q.hostname() == Some("") {
         // The root: it exists, with no address.
         return reply(c, wire::build_answer(&q, Rcode::NoError, &[], ANSWER_TTL));
     }
-    let Some(name) = q.name.clone().filter(|n| valid_hostname(n)) else {
+    let Some(name) = q
+        .hostname()
+        .filter(|n| valid_hostname(n))
+        .map(str::to_owned)
+    else {
         // Bytes no hostname has: it could not travel in BEGIN.
         return reply(c, wire::build_answer(&q, Rcode::NxDomain, &[], ANSWER_TTL));
     };

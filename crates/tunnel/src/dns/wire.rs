@@ -65,16 +65,30 @@ pub struct Query {
     pub opcode: u8,
     /// Recursion desired, echoed.
     pub rd: bool,
-    /// The name asked, lower-cased, without the trailing dot, as text
-    /// when every byte is printable ASCII other than '.'; `None` when a
-    /// label has other bytes (such a name cannot travel in BEGIN).
-    pub name: Option<String>,
+    /// The name asked, lower-cased, without the trailing dot; a byte that
+    /// is not printable ASCII (or is a '.' inside a label) reads as '?'
+    /// and makes the name not a [`Query::hostname`].
+    pub name: String,
+    /// Whether every byte of the name was printable ASCII.
+    printable: bool,
     /// The question type.
     pub qtype: u16,
     /// The question class.
     pub qclass: u16,
     /// The question exactly as it was on the wire (name, type, class).
     question: Vec<u8>,
+}
+
+impl Query {
+    /// The name, if it can be a hostname's text (every byte printable).
+    pub fn hostname(&self) -> Option<&str> {
+        self.printable.then_some(self.name.as_str())
+    }
+
+    /// Where the question section ends in the query.
+    pub fn question_end(&self) -> usize {
+        HEADER_LEN.saturating_add(self.question.len())
+    }
 }
 
 fn be16(b: &[u8], i: usize) -> Option<u16> {
@@ -144,7 +158,8 @@ pub fn parse_query(q: &[u8]) -> Result<Query, WireError> {
         id,
         opcode: (flags >> 3) & 0x0f,
         rd: flags & 0x01 != 0,
-        name: printable.then_some(text),
+        name: text,
+        printable,
         qtype,
         qclass,
         question,

@@ -27,10 +27,7 @@ fn query_and_parse() {
     r[2] |= 0x80;
     assert_eq!(parse_answer(&r, 2), Some(Vec::new()));
     // The server side reads the longest name back.
-    assert_eq!(
-        parse_query(&q).unwrap().name.as_deref(),
-        Some(longest.as_str())
-    );
+    assert_eq!(parse_query(&q).unwrap().hostname(), Some(longest.as_str()));
 }
 
 #[test]
@@ -38,7 +35,7 @@ fn read_a_query_and_answer_it() {
     let q = build_query(0xbeef, "Example.COM.", TYPE_AAAA).unwrap();
     let parsed = parse_query(&q).unwrap();
     assert_eq!(parsed.id, 0xbeef);
-    assert_eq!(parsed.name.as_deref(), Some("example.com"));
+    assert_eq!(parsed.hostname(), Some("example.com"));
     assert_eq!(
         (parsed.qtype, parsed.qclass, parsed.opcode, parsed.rd),
         (TYPE_AAAA, CLASS_IN, 0, true)
@@ -65,7 +62,7 @@ fn edns_and_odd_queries() {
     let mut q = build_query(1, "a.onion", TYPE_A).unwrap();
     q[11] = 1;
     q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(parse_query(&q).unwrap().name.as_deref(), Some("a.onion"));
+    assert_eq!(parse_query(&q).unwrap().hostname(), Some("a.onion"));
     // A response is not a query; nor is a short datagram.
     let mut resp = q.clone();
     resp[2] |= 0x80;
@@ -101,7 +98,9 @@ fn edns_and_odd_queries() {
     // A label with a byte no hostname has: read, but no text name.
     let mut b = build_query(3, "ab.test", TYPE_A).unwrap();
     b[13] = 0;
-    assert_eq!(parse_query(&b).unwrap().name, None);
+    let p = parse_query(&b).unwrap();
+    assert_eq!((p.hostname(), p.name.as_str()), (None, "?b.test"));
+    assert_eq!(p.question_end(), b.len());
 }
 
 proptest::proptest! {
@@ -121,6 +120,7 @@ proptest::proptest! {
     fn names_round_trip(labels in proptest::collection::vec("[a-z0-9_-]{1,20}", 1..8)) {
         let name = labels.join(".");
         let q = build_query(9, &name, TYPE_A).unwrap();
-        proptest::prop_assert_eq!(parse_query(&q).unwrap().name, Some(name));
+        let parsed = parse_query(&q).unwrap();
+        proptest::prop_assert_eq!(parsed.hostname(), Some(name.as_str()));
     }
 }
