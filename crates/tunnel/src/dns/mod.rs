@@ -15,10 +15,10 @@ use crate::counters::{self, Counters, DropReason};
 use crate::mapping::{Family, MappingError, MappingTable};
 use wire::{Query, Rcode, TYPE_A, TYPE_AAAA};
 
-/// TTL of the records the resolver gives out, in seconds. Short, as
-/// OnionMasq and Orbot's resolvers do: an application asks again soon,
-/// which renews the mapping, and a cached answer never outlives the
-/// mapping's 10 s grace past its 60 s TTL.
+/// TTL of the records the resolver gives out, in seconds. Short (the
+/// value the issue cites for OnionMasq and Orbot): an application asks
+/// again soon, which renews the mapping, and a cached answer never
+/// outlives the mapping's 10 s grace past its 60 s TTL.
 pub const ANSWER_TTL: u32 = 10;
 
 /// How names are resolved.
