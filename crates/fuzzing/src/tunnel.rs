@@ -105,7 +105,7 @@ pub fn tunnel_packet(data: &[u8]) {
                     }
                 }
             }
-            Output::ToStack | Output::Resolve { .. } | Output::None => {}
+            Output::ToStack | Output::Resolve { .. } | Output::Flow { .. } | Output::None => {}
         }
         assert!(t.flows().len() <= 4);
         assert!(t.mapping().len(now) <= 4);

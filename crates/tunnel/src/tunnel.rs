@@ -12,9 +12,11 @@ use std::time::Instant;
 
 use crate::counters::{Counters, DropReason};
 use crate::dns::{self, DnsAction, DnsMode};
-use crate::flows::{FlowConfig, FlowEvent, FlowTable, IsolationKey, Step, SynOutcome, Target};
+use crate::flows::{
+    FlowConfig, FlowEvent, FlowState, FlowTable, IsolationKey, Step, SynOutcome, Target,
+};
 use crate::mapping::{MappingConfig, MappingTable};
-use crate::packet::{self, Policy, Unreachable, Verdict};
+use crate::packet::{self, Policy, Unreachable, Verdict, tcp_flags};
 
 /// Everything configurable.
 #[derive(Debug, Clone, Default)]
@@ -57,6 +59,14 @@ pub enum Output {
         app: SocketAddr,
         /// The resolver's, to answer from.
         resolver: SocketAddr,
+    },
+    /// A flow changed because of this packet (the application reset a
+    /// connection still waiting for CONNECTED): do what `step` says.
+    Flow {
+        /// The flow.
+        id: u64,
+        /// What to do.
+        step: Step,
     },
     /// Nothing to do (dropped and counted, or a SYN already waiting).
     None,
@@ -130,11 +140,23 @@ impl Tunnel {
                     dst: t.dst,
                 };
                 if !t.is_syn() {
-                    if self.flows.find(&key).is_some() {
+                    let Some(f) = self.flows.find(&key) else {
+                        self.counters.drop(DropReason::NoFlow);
+                        return Output::None;
+                    };
+                    if f.state != FlowState::SynReceived && f.state != FlowState::Connecting {
                         return Output::ToStack;
                     }
-                    self.counters.drop(DropReason::NoFlow);
-                    return Output::None;
+                    // The stack has not seen the SYN yet: a reset means
+                    // the application gave up; anything else waits.
+                    if t.flags & tcp_flags::RST == 0 {
+                        return Output::None;
+                    }
+                    let id = f.id;
+                    return match self.on_flow(now, id, FlowEvent::AppRst) {
+                        Ok(step) => Output::Flow { id, step },
+                        Err(_) => Output::None,
+                    };
                 }
                 let target = if self.mapping.is_synthetic(t.dst.ip()) {
                     if self.flows.find(&key).is_none() {

@@ -61,6 +61,15 @@ fn name_travels_in_begin_and_the_flow_keeps_the_mapping() {
         panic!()
     };
     assert_eq!(target, Target::Host("example.com".into(), 443));
+    // A stray ACK before CONNECTED waits (the stack has not seen the SYN).
+    let mut early = tcp_pkt(
+        sa("10.0.0.2:40000"),
+        SocketAddr::new(ip, 443),
+        tcp_flags::ACK,
+        6,
+        b"",
+    );
+    assert_eq!(t.on_packet(now, None, &mut early), Output::None);
     // The SYN retransmitted before CONNECTED: nothing new.
     assert_eq!(
         syn_to(
@@ -139,6 +148,28 @@ fn rst_for_a_closed_port() {
     let ip = parse_ip(&rst).unwrap();
     assert_eq!(rst[ip.l4 + 13], tcp_flags::RST | tcp_flags::ACK);
     assert_eq!(t.counters().flows_refused, 1);
+}
+
+#[test]
+fn application_gives_up_while_connecting() {
+    let now = Instant::now();
+    let mut t = tunnel(Isolation::PerDestination, DnsMode::Optimistic);
+    let ip = resolve(&mut t, now, "example.com");
+    let dst = SocketAddr::new(ip, 443);
+    let Output::OpenStream { id, .. } = syn_to(&mut t, now, 40000, dst) else {
+        panic!()
+    };
+    t.on_flow(now, id, FlowEvent::BeginSent).unwrap();
+    let mut rst = tcp_pkt(sa("10.0.0.2:40000"), dst, tcp_flags::RST, 6, b"");
+    let Output::Flow { id: got, step } = t.on_packet(now, None, &mut rst) else {
+        panic!()
+    };
+    assert_eq!(got, id);
+    assert_eq!(step.action, FlowAction::SendEnd(end_reason::DONE));
+    assert!(t.flows().is_empty());
+    // The mapping's hold is released: purged 70 s later.
+    t.expire(now + Duration::from_secs(70));
+    assert_eq!(t.mapping().name_of(now + Duration::from_secs(70), ip), None);
 }
 
 #[test]
