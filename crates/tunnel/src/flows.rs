@@ -198,6 +198,9 @@ pub enum FlowError {
     /// The event makes no sense in the flow's state.
     #[error("{0:?} in state {1:?}")]
     State(FlowEvent, FlowState),
+    /// No data this way in the flow's state.
+    #[error("no data in state {0:?}")]
+    NoData(FlowState),
     /// More bytes than the flow's buffer holds.
     #[error("flow buffer full")]
     BufferFull,
@@ -499,11 +502,13 @@ impl FlowTable {
 
     /// Bytes the application sent on flow `id` that fit its buffer
     /// towards the exit; the driver reads no more than that from the TCP
-    /// stack (so the TCP window closes).
+    /// stack (so the TCP window closes). None once the exit ended the
+    /// stream: what the application writes then has nowhere to go, its
+    /// window stays shut, and the linger timeout resets it.
     pub fn room_to_exit(&self, id: u64) -> usize {
         self.flows
             .get(&id)
-            .filter(|f| matches!(f.state, FlowState::Open | FlowState::ExitFinished))
+            .filter(|f| f.state == FlowState::Open)
             .map_or(0, |f| self.cfg.max_buffer.saturating_sub(f.to_exit))
     }
 
@@ -511,6 +516,9 @@ impl FlowTable {
     pub fn queued_to_exit(&mut self, id: u64, n: usize) -> Result<(), FlowError> {
         let max = self.cfg.max_buffer;
         let f = self.flows.get_mut(&id).ok_or(FlowError::NoFlow)?;
+        if f.state != FlowState::Open {
+            return Err(FlowError::NoData(f.state));
+        }
         let total = f
             .to_exit
             .checked_add(n)
@@ -537,7 +545,7 @@ impl FlowTable {
         let max = self.cfg.max_buffer;
         let f = self.flows.get_mut(&id).ok_or(FlowError::NoFlow)?;
         if !matches!(f.state, FlowState::Open | FlowState::AppFinished) {
-            return Err(FlowError::State(FlowEvent::Connected, f.state));
+            return Err(FlowError::NoData(f.state));
         }
         let total = f
             .to_app

@@ -111,10 +111,10 @@ fn exit_closes_first() {
     );
     assert_eq!(t.get(id).unwrap().state, FlowState::ExitFinished);
     // Nothing more goes to the exit.
+    assert_eq!(t.room_to_exit(id), 0, "the application's window stays shut");
     assert_eq!(
-        t.room_to_exit(id),
-        t.cfg.max_buffer,
-        "read, then dropped by the driver"
+        t.queued_to_exit(id, 1),
+        Err(FlowError::NoData(FlowState::ExitFinished))
     );
     let s = t.handle(now, id, FlowEvent::AppFin, &mut c).unwrap();
     assert_eq!((s.action, s.closed), (FlowAction::None, Some(k)));
