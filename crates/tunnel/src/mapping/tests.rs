@@ -110,26 +110,30 @@ fn unknown_synthetic_address() {
 fn bound_enforced() {
     let t0 = Instant::now();
     let mut t = table("198.18.0.0/15", 3);
-    for n in ["a.test", "b.test", "c.test"] {
-        t.query(t0, n, Family::V4).unwrap();
-    }
+    let _a = t.query(t0, "a.test", Family::V4).unwrap();
+    let b = t.query(t0, "b.test", Family::V4).unwrap();
+    let c = t.query(t0 + secs(1), "c.test", Family::V4).unwrap();
     // Full of live mappings: refused, the table does not grow.
     assert_eq!(
         t.query(t0 + secs(10), "d.test", Family::V4),
         Err(MappingError::Full)
     );
     assert_eq!(t.len(t0 + secs(10)), 3);
-    // A known name is still answered.
+    // A known name is still answered (and renewed).
     assert!(t.query(t0 + secs(10), "a.test", Family::V4).is_ok());
-    // Past the TTL of b and c (a was renewed at 10 s): the oldest
-    // expired one goes.
-    let c = t.addr_of(t0 + secs(61), "c.test", Family::V4).unwrap();
-    t.query(t0 + secs(1), "c.test", Family::V4).unwrap();
-    let b = t.addr_of(t0 + secs(61), "b.test", Family::V4).unwrap();
-    t.query(t0 + secs(62), "d.test", Family::V4).unwrap();
+    // At 62 s b (asked at 0 s) and c (at 1 s) are past their TTL, a is
+    // not: the oldest expired mapping, b's, makes room for d.
+    let d = t.query(t0 + secs(62), "d.test", Family::V4).unwrap();
     assert_eq!(t.name_of(t0 + secs(62), b), None);
     assert_eq!(t.name_of(t0 + secs(62), c), Some("c.test"));
+    assert_ne!(d, b, "the evicted address is not handed out at once");
     assert_eq!(t.len(t0 + secs(62)), 3);
+    // An expired mapping with a flow open is never evicted.
+    assert!(t.flow_opened(t0 + secs(62), c).is_some());
+    assert_eq!(
+        t.query(t0 + secs(63), "e.test", Family::V4),
+        Err(MappingError::Full)
+    );
 }
 
 #[test]
