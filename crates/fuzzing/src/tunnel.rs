@@ -18,13 +18,19 @@ pub mod flags {
     pub const FALLBACK: u8 = 2;
     /// Drop other UDP (else ICMP port unreachable).
     pub const UDP_DROP: u8 = 4;
-    /// Fix each IPv4 packet's total length and header checksum, so the
-    /// fuzzer gets past them.
+    /// Fix each IPv4 packet's total length and header checksum, and the
+    /// TCP/UDP checksum of every packet, so the fuzzer gets past them.
     pub const FIX_V4: u8 = 8;
 }
 
-/// Fix the total length and header checksum of an IPv4 packet.
+/// Fix the total length and header checksum of an IPv4 packet, then the
+/// TCP/UDP checksum of any well-formed packet.
 pub fn fix_v4(p: &mut [u8]) {
+    fix_v4_header(p);
+    let _ = packet::fix_transport_checksum(p);
+}
+
+fn fix_v4_header(p: &mut [u8]) {
     if p.first().map(|b| b >> 4) != Some(4) {
         return;
     }

@@ -1,5 +1,5 @@
 //! IP packets from applications: header checks with every length
-//! checked, the per-mode policy, and the packets the tunnel answers with
+//! checked (and the IPv4 header, TCP and UDP checksums), the per-mode policy, and the packets the tunnel answers with
 //! itself (DNS over UDP, ICMP unreachable, TCP RST).
 //!
 //! The packet is checked and (in anonymity mode) normalized in place;
@@ -11,7 +11,9 @@ use std::ops::Range;
 use crate::counters::{self, Counters, DropReason};
 
 pub(crate) mod build;
-pub use build::{Unreachable, icmp_unreachable, tcp_rst_for_syn, udp_packet};
+pub use build::{
+    Unreachable, fix_transport_checksum, icmp_unreachable, tcp_rst_for_syn, udp_packet,
+};
 
 /// IP protocol numbers used here.
 pub mod proto {
@@ -378,9 +380,18 @@ fn tcp(ip: &IpInfo, l4: &[u8]) -> Verdict {
         })
     };
     match parse() {
-        Some(t) => Verdict::Tcp(t),
-        None => Verdict::Drop(DropReason::Malformed),
+        Some(t) if transport_ok(ip, proto::TCP, l4) => Verdict::Tcp(t),
+        _ => Verdict::Drop(DropReason::Malformed),
     }
+}
+
+/// Whether the TCP or UDP checksum of `l4` is right (an IPv4 UDP
+/// checksum of 0 means none was computed).
+fn transport_ok(ip: &IpInfo, proto: u8, l4: &[u8]) -> bool {
+    if proto == proto::UDP && ip.src.is_ipv4() && be16(l4, 6) == Some(0) {
+        return true;
+    }
+    build::l4_checksum(ip.src, ip.dst, proto, l4) == Some(0)
 }
 
 fn udp(policy: &Policy, c: &mut Counters, ip: &IpInfo, p: &[u8]) -> Verdict {
@@ -398,6 +409,13 @@ fn udp(policy: &Policy, c: &mut Counters, ip: &IpInfo, p: &[u8]) -> Verdict {
     let Some((sport, dport, payload)) = parse() else {
         return Verdict::Drop(DropReason::Malformed);
     };
+    let datagram = ip.l4..payload.end;
+    if !p
+        .get(datagram)
+        .is_some_and(|u| transport_ok(ip, proto::UDP, u))
+    {
+        return Verdict::Drop(DropReason::Malformed);
+    }
     let to_resolver = match ip.dst {
         IpAddr::V4(d) => d == policy.resolver_v4,
         IpAddr::V6(d) => Some(d) == policy.resolver_v6,

@@ -189,3 +189,34 @@ pub fn tcp_rst_for_syn(syn: &[u8], hop_limit: u8) -> Option<Vec<u8>> {
     p.extend_from_slice(&t);
     Some(p)
 }
+
+/// Recompute the TCP or UDP checksum of a well-formed, unfragmented
+/// packet in place (for tests and fuzzing inputs). `None` for anything
+/// else.
+pub fn fix_transport_checksum(p: &mut [u8]) -> Option<()> {
+    let ip = parse_ip(p).ok()?;
+    if ip.fragment {
+        return None;
+    }
+    let (field, end) = match ip.proto {
+        proto::TCP => (16, p.len()),
+        proto::UDP => {
+            let len = usize::from(be16(p, ip.l4.checked_add(4)?)?);
+            (6, ip.l4.checked_add(len)?.min(p.len()))
+        }
+        _ => return None,
+    };
+    let at = ip.l4.checked_add(field)?;
+    let end_field = at.checked_add(2)?;
+    if end_field > end {
+        return None;
+    }
+    p.get_mut(at..end_field)?.fill(0);
+    let mut sum = l4_checksum(ip.src, ip.dst, ip.proto, p.get(ip.l4..end)?)?;
+    if ip.proto == proto::UDP && sum == 0 {
+        sum = 0xffff;
+    }
+    p.get_mut(at..end_field)?
+        .copy_from_slice(&sum.to_be_bytes());
+    Some(())
+}

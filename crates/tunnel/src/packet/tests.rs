@@ -335,8 +335,21 @@ fn malformed_and_refused() {
     let mut short_ihl = good.clone();
     short_ihl[0] = 0x44;
     cases.push(short_ihl);
+    let mut bad_tcp_sum = good.clone();
+    *bad_tcp_sum.last_mut().unwrap() ^= 1;
+    cases.push(bad_tcp_sum);
+    let mut bad_udp_sum = udp_packet(sa("10.0.0.2:5353"), sa("198.18.0.1:53"), b"q", 64).unwrap();
+    *bad_udp_sum.last_mut().unwrap() ^= 1;
+    cases.push(bad_udp_sum.clone());
+    // IPv4 UDP without a checksum (0) is accepted.
+    bad_udp_sum[26..28].fill(0);
+    assert!(matches!(
+        inspect(&pol, &mut c, &mut bad_udp_sum),
+        Verdict::Dns { .. }
+    ));
     let mut bad_doff = good.clone();
     bad_doff[32] = 0xf0;
+    assert_eq!(fix_transport_checksum(&mut bad_doff), Some(()));
     cases.push(bad_doff);
     let n = cases.len();
     for mut p in cases {
