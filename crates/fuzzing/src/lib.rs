@@ -38,6 +38,7 @@ pub mod netdoc;
 pub mod node;
 pub mod seeds;
 pub mod testbed;
+pub mod tunnel;
 
 mod input;
 
@@ -53,6 +54,7 @@ pub use netdoc::{
 };
 pub use node::{dir_request, exit_dns, exit_policy};
 pub use testbed::{sink_dns, sink_http, torctl_event};
+pub use tunnel::{tunnel_dns, tunnel_packet};
 
 /// A fuzz target: its name (the cargo-fuzz target and corpus directory),
 /// the function, and how many mutated inputs the stable test runs (fewer
@@ -128,6 +130,9 @@ pub const TARGETS: &[Target] = &[
     t("sink_http", sink_http, 20_000),
     t("sink_dns", sink_dns, 30_000),
     t("torctl_event", torctl_event, 30_000),
+    // crates/tunnel
+    t("tunnel_packet", tunnel_packet, 20_000),
+    t("tunnel_dns", tunnel_dns, 30_000),
 ];
 
 /// Build every fixture now (a few RSA key generations), so the first

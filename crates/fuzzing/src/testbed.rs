@@ -47,14 +47,13 @@ pub fn sink_dns(data: &[u8]) {
     if let Ok(name) = std::str::from_utf8(data)
         && let Some(q) = dns::query(0x1234, name, 1)
     {
-        let labels = name.trim_end_matches('.').split('.').count();
-        match dns_question(&q) {
-            Some((n, t, end)) => {
-                assert_eq!(n, name.trim_end_matches('.').to_ascii_lowercase());
-                assert_eq!((t, end), (1, q.len()));
-            }
-            None => assert!(labels > 32, "the sink cannot read an exit's query"),
+        // Both sides use the one codec (onionmix-tunnel's `dns::wire`):
+        // whatever query an exit builds, the sink reads.
+        let (n, t, end) = dns_question(&q).expect("the sink reads an exit's query");
+        if name.bytes().all(|b| b.is_ascii_graphic()) {
+            assert_eq!(n, name.trim_end_matches('.').to_ascii_lowercase());
         }
+        assert_eq!((t, end), (1, q.len()));
     }
 }
 

@@ -149,4 +149,6 @@ targets!(
     sink_http,
     sink_dns,
     torctl_event,
+    tunnel_packet,
+    tunnel_dns,
 );

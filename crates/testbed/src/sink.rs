@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use onionmix_http::io::read_request_head;
 use onionmix_http::{BodyFraming, HttpError, Limits, ReadError};
+use onionmix_tunnel::dns::wire::{self, Rcode};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
@@ -460,57 +461,29 @@ async fn serve_dns(sock: UdpSocket, ip: Ipv4Addr) {
 
 /// The question of a DNS query: (lower-cased name, qtype, end of the
 /// question section). None for anything that is not a one-question query.
+/// Read with the project's DNS codec (onionmix-tunnel's `dns::wire`).
 pub fn dns_question(q: &[u8]) -> Option<(String, u16, usize)> {
-    if q.len() < 12 || q[2] & 0x80 != 0 {
-        return None;
-    }
-    let qdcount = u16::from_be_bytes([q[4], q[5]]);
-    if qdcount != 1 {
-        return None;
-    }
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = *q.get(i)? as usize;
-        if len == 0 {
-            i += 1;
-            break;
-        }
-        if len > 63 {
-            return None;
-        }
-        let l = q.get(i + 1..i + 1 + len)?;
-        labels.push(String::from_utf8_lossy(l).to_ascii_lowercase());
-        i += 1 + len;
-        if labels.len() > 32 {
-            return None;
-        }
-    }
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    let qend = i + 4;
-    if q.len() < qend {
-        return None;
-    }
-    Some((labels.join("."), qtype, qend))
+    let query = wire::parse_query(q).ok()?;
+    let end = query.question_end();
+    Some((query.name, query.qtype, end))
 }
 
 /// Build the DNS response for one query (None: not a query we answer).
 pub fn dns_answer(q: &[u8], ip: Ipv4Addr) -> Option<Vec<u8>> {
-    let (name, qtype, qend) = dns_question(q)?;
+    let query = wire::parse_query(q).ok()?;
+    let name = &query.name;
     let ours = name == TEST_DOMAIN || name.ends_with(&format!(".{TEST_DOMAIN}"));
-    let mut r = Vec::with_capacity(qend + 16);
-    r.extend_from_slice(&q[..2]);
-    let rcode: u8 = if ours { 0 } else { 3 };
-    r.extend_from_slice(&[0x81 | (q[2] & 0x01), 0x80 | rcode]);
-    r.extend_from_slice(&[0, 1]);
-    let answer = ours && qtype == 1;
-    r.extend_from_slice(&[0, u8::from(answer), 0, 0, 0, 0]);
-    r.extend_from_slice(&q[12..qend]);
-    if answer {
-        r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-        r.extend_from_slice(&ip.octets());
-    }
-    Some(r)
+    let rcode = if ours {
+        Rcode::NoError
+    } else {
+        Rcode::NxDomain
+    };
+    let addrs = if ours && query.qtype == wire::TYPE_A {
+        vec![IpAddr::V4(ip)]
+    } else {
+        Vec::new()
+    };
+    Some(wire::build_answer(&query, rcode, &addrs, 60))
 }
 
 #[cfg(test)]

@@ -83,3 +83,68 @@ pub(super) fn testbed(out: &mut Vec<Seed>) {
         out.push(("torctl_event", name.into(), l.as_bytes().to_vec()));
     }
 }
+
+pub(super) fn tunnel(out: &mut Vec<Seed>) {
+    use onionmix_tunnel::dns::wire;
+    use onionmix_tunnel::packet::udp_packet;
+
+    use crate::tunnel::flags as fl;
+    let sa = |s: &str| s.parse::<std::net::SocketAddr>().expect("address");
+    let (app, resolver) = (sa("10.0.0.2:5353"), sa("198.18.0.1:53"));
+    let qa = wire::build_query(0x0101, "example.com", wire::TYPE_A).expect("query");
+    let qaaaa = wire::build_query(0x0202, "example.com", wire::TYPE_AAAA).expect("query");
+    let qonion = wire::build_query(0x0303, &format!("{}.onion", "a".repeat(56)), wire::TYPE_A)
+        .expect("query");
+    let qmx = wire::build_query(0x0404, "example.com", 15).expect("query");
+    for (name, q) in [
+        ("a", &qa),
+        ("aaaa", &qaaaa),
+        ("onion", &qonion),
+        ("mx", &qmx),
+    ] {
+        out.push(("tunnel_dns", name.into(), q.clone()));
+    }
+    // An IPv4 TCP SYN to the first synthetic address handed out
+    // (198.18.0.2: .1 is the resolver), port 443; lengths and header
+    // checksum fixed by the target's flag.
+    let syn_v4 = |dst: [u8; 4], port: u16| {
+        let mut p = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 2];
+        p.extend(dst);
+        p.extend(40000u16.to_be_bytes());
+        p.extend(port.to_be_bytes());
+        p.extend([0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        p
+    };
+    let dns = udp_packet(app, resolver, &qa, 64).expect("udp");
+    let other_udp = udp_packet(app, sa("1.2.3.4:443"), b"quic", 64).expect("udp");
+    let mut v6 = udp_packet(
+        sa("[fd00::2]:5353"),
+        sa("[fd6f:6e69:6f6e:7475::1]:53"),
+        &qaaaa,
+        64,
+    )
+    .expect("udp");
+    v6[1] = 0x12;
+    let mut frag = syn_v4([1, 2, 3, 4], 80);
+    frag[6] = 0x20;
+    // DNS, then a SYN to the name's address that connects (event byte 3),
+    // a SYN to a port that refuses (END CONNECTREFUSED: 3 << 2 | 1).
+    let mut seq = vec![fl::FIX_V4];
+    seq.extend(chunk(&dns));
+    seq.extend(chunk(&syn_v4([198, 18, 0, 2], 443)));
+    seq.push(3);
+    seq.extend(chunk(&syn_v4([1, 2, 3, 4], 81)));
+    seq.push((3 << 2) | 1);
+    out.push(("tunnel_packet", "dns-syn-connect-refuse".into(), seq));
+    for (name, f, p) in [
+        ("udp-other", fl::FIX_V4, other_udp),
+        ("dns-v6", 0, v6),
+        ("fragment-anonymity", fl::FIX_V4, frag.clone()),
+        ("fragment-compat", fl::FIX_V4 | fl::COMPAT, frag),
+        ("dns-fallback", fl::FIX_V4 | fl::FALLBACK, dns),
+    ] {
+        let mut s = vec![f];
+        s.extend(chunk(&p));
+        out.push(("tunnel_packet", name.into(), s));
+    }
+}

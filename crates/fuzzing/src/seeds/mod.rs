@@ -82,5 +82,6 @@ pub fn all() -> Vec<Seed> {
     mix::mix(&mut out);
     drivers::emu(&mut out);
     drivers::testbed(&mut out);
+    drivers::tunnel(&mut out);
     out
 }
