@@ -241,6 +241,50 @@ async fn reply(r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) -> Result<Stri
     }
 }
 
+/// Authenticate with the cookie in `cookie_file`, send `command` and read
+/// its whole reply (its lines, the last one `NNN ...`), all within
+/// `timeout`. A refused cookie is an error; the command's own status is
+/// the caller's to judge.
+async fn command_reply(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    command: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
+    let cookie = std::fs::read(cookie_file)
+        .map_err(|e| format!("control cookie {}: {e}", cookie_file.display()))?;
+    let ask = async {
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("control port {addr}: {e}"))?;
+        let (rd, mut wr) = s.into_split();
+        let mut rd = BufReader::new(rd);
+        wr.write_all(format!("AUTHENTICATE {}\r\n{command}\r\n", hex::encode(&cookie)).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let r = reply(&mut rd).await?;
+        if !r.starts_with("250") {
+            return Err(format!("control port refused the cookie: {r}"));
+        }
+        let mut lines = Vec::new();
+        let mut line = String::new();
+        loop {
+            read_line(&mut rd, &mut line).await?;
+            let l = line.trim_end().to_string();
+            let last = l.len() >= 4 && l.as_bytes()[3] == b' ';
+            lines.push(l);
+            if last {
+                break;
+            }
+        }
+        let _ = wr.write_all(b"QUIT\r\n").await;
+        Ok(lines)
+    };
+    tokio::time::timeout(timeout, ask)
+        .await
+        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))?
+}
+
 /// `GETINFO key` on a tor control port (cookie authentication with
 /// `cookie_file`): the single-line value (`250-key=value`), e.g.
 /// `sr/current`. A `5xx` answer is an error.
@@ -253,49 +297,21 @@ pub async fn getinfo(
     if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(format!("bad GETINFO key {key:?}"));
     }
-    let cookie = std::fs::read(cookie_file)
-        .map_err(|e| format!("control cookie {}: {e}", cookie_file.display()))?;
-    let ask = async {
-        let s = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("control port {addr}: {e}"))?;
-        let (rd, mut wr) = s.into_split();
-        let mut rd = BufReader::new(rd);
-        wr.write_all(
-            format!("AUTHENTICATE {}\r\nGETINFO {key}\r\n", hex::encode(&cookie)).as_bytes(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        let r = reply(&mut rd).await?;
-        if !r.starts_with("250") {
-            return Err(format!("control port refused the cookie: {r}"));
-        }
-        let mut value = None;
-        let mut line = String::new();
-        loop {
-            read_line(&mut rd, &mut line).await?;
-            let l = line.trim_end();
-            if let Some(v) = l
-                .strip_prefix("250-")
+    let lines = command_reply(addr, cookie_file, &format!("GETINFO {key}"), timeout).await?;
+    let last = lines.last().map(String::as_str).unwrap_or_default();
+    if !last.starts_with("250") {
+        return Err(format!("GETINFO {key}: {last}"));
+    }
+    lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("250-")
                 .or_else(|| l.strip_prefix("250 "))
                 .and_then(|kv| kv.strip_prefix(key))
                 .and_then(|kv| kv.strip_prefix('='))
-            {
-                value = Some(v.to_string());
-            }
-            if l.len() >= 4 && l.as_bytes()[3] == b' ' {
-                if !l.starts_with("250") {
-                    return Err(format!("GETINFO {key}: {l}"));
-                }
-                break;
-            }
-        }
-        let _ = wr.write_all(b"QUIT\r\n").await;
-        value.ok_or_else(|| format!("GETINFO {key}: no value in the answer"))
-    };
-    tokio::time::timeout(timeout, ask)
-        .await
-        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))?
+        })
+        .map(str::to_string)
+        .ok_or_else(|| format!("GETINFO {key}: no value in the answer"))
 }
 
 /// `SIGNAL <name>` (e.g. `NEWNYM`) on a control port, stock tor's or an
@@ -311,33 +327,12 @@ pub async fn signal(
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Err(format!("bad signal name {name:?}"));
     }
-    let cookie = std::fs::read(cookie_file)
-        .map_err(|e| format!("control cookie {}: {e}", cookie_file.display()))?;
-    let ask = async {
-        let s = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("control port {addr}: {e}"))?;
-        let (rd, mut wr) = s.into_split();
-        let mut rd = BufReader::new(rd);
-        wr.write_all(
-            format!("AUTHENTICATE {}\r\nSIGNAL {name}\r\n", hex::encode(&cookie)).as_bytes(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        let r = reply(&mut rd).await?;
-        if !r.starts_with("250") {
-            return Err(format!("control port refused the cookie: {r}"));
-        }
-        let r = reply(&mut rd).await?;
-        if !r.starts_with("250") {
-            return Err(format!("SIGNAL {name}: {r}"));
-        }
-        let _ = wr.write_all(b"QUIT\r\n").await;
-        Ok(())
-    };
-    tokio::time::timeout(timeout, ask)
-        .await
-        .map_err(|_| format!("control port {addr}: no answer within {timeout:?}"))?
+    let lines = command_reply(addr, cookie_file, &format!("SIGNAL {name}"), timeout).await?;
+    let last = lines.last().map(String::as_str).unwrap_or_default();
+    if !last.starts_with("250") {
+        return Err(format!("SIGNAL {name}: {last}"));
+    }
+    Ok(())
 }
 
 type ControlConn = (
