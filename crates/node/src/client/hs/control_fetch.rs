@@ -16,7 +16,7 @@ use onionmix_hs::client::cache::CachedDesc;
 use onionmix_hs::desc::DescError;
 use onionmix_hs::ring::RingKind;
 
-use super::net::{HsNet, hsdir_request};
+use super::net::HsNet;
 use super::{HsClient, decode, events, lock};
 use crate::client::circuit::HopTarget;
 
@@ -90,27 +90,8 @@ impl HsClient {
         let ev = events::FetchEvents::new(hub, addr, &blinded, &net);
         let path = onionmix_hs::desc::cache::fetch_path(&blinded);
         let request = format!("GET {path} HTTP/1.0\r\n\r\n").into_bytes();
-        ev.requested(hsdir);
-        let resp = hsdir_request(
-            &self.inner.dir,
-            &self.inner.circmgr,
-            hsdir,
-            &request,
-            onionmix_hs::desc::MAX_DESC_LEN,
-        )
-        .await;
-        let body = match resp {
-            Ok((200, body)) => body,
-            Ok((status, _)) => {
-                debug!("HSFETCH: HSDir {} answered {status}", hsdir.nickname);
-                ev.failed(Some(hsdir), events::status_reason(status));
-                return;
-            }
-            Err(e) => {
-                debug!("HSFETCH: HSDir {} unreachable: {e}", hsdir.nickname);
-                ev.failed(Some(hsdir), "UNEXPECTED");
-                return;
-            }
+        let Ok(body) = self.ask_hsdir(hsdir, &request, &ev).await else {
+            return;
         };
         let auth = lock(&self.inner.auth)
             .get(addr.key())

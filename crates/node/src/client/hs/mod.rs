@@ -261,6 +261,41 @@ impl HsClient {
         }
     }
 
+    /// One descriptor request to `hsdir`, reported as tor does
+    /// (REQUESTED, then FAILED when it gives nothing): the body of a 200
+    /// answer, or why there is none.
+    async fn ask_hsdir(
+        &self,
+        hsdir: &HopTarget,
+        request: &[u8],
+        ev: &events::FetchEvents<'_>,
+    ) -> Result<Vec<u8>, FetchFailure> {
+        ev.requested(hsdir);
+        let resp = hsdir_request(
+            &self.inner.dir,
+            &self.inner.circmgr,
+            hsdir,
+            request,
+            onionmix_hs::desc::MAX_DESC_LEN,
+        )
+        .await;
+        match resp {
+            Ok((200, body)) => Ok(body),
+            Ok((status, _)) => {
+                debug!("HSDir {} answered {status}", hsdir.nickname);
+                ev.failed(Some(hsdir), events::status_reason(status));
+                Err(FetchFailure::NotFound)
+            }
+            Err(e) => {
+                debug!("HSDir {} unreachable: {e}", hsdir.nickname);
+                // tor reports nothing here; UNEXPECTED tells a controller
+                // the request ended.
+                ev.failed(Some(hsdir), "UNEXPECTED");
+                Err(FetchFailure::Unreachable)
+            }
+        }
+    }
+
     /// Forget what this client learned about services (NEWNYM, as tor's
     /// `hs_client_purge_state`): cached descriptors, introduction-point
     /// failures, which HSDirs were asked, and joined rendezvous circuits.
@@ -503,29 +538,10 @@ impl HsClient {
                 continue;
             };
             lock(&self.inner.hsdir_reqs).note(blinded, &hsdir.rsa_id, crate::clock::now_unix());
-            ev.requested(hsdir);
-            let resp = hsdir_request(
-                &self.inner.dir,
-                &self.inner.circmgr,
-                hsdir,
-                &request,
-                onionmix_hs::desc::MAX_DESC_LEN,
-            )
-            .await;
-            let body = match resp {
-                Ok((200, body)) => body,
-                Ok((status, _)) => {
-                    debug!("HSDir {} answered {status}", hsdir.nickname);
-                    ev.failed(Some(hsdir), events::status_reason(status));
-                    round.failed(FetchFailure::NotFound);
-                    continue;
-                }
-                Err(e) => {
-                    debug!("HSDir {} unreachable: {e}", hsdir.nickname);
-                    // tor reports nothing here; UNEXPECTED tells a
-                    // controller the request ended.
-                    ev.failed(Some(hsdir), "UNEXPECTED");
-                    round.failed(FetchFailure::Unreachable);
+            let body = match self.ask_hsdir(hsdir, &request, &ev).await {
+                Ok(body) => body,
+                Err(failure) => {
+                    round.failed(failure);
                     continue;
                 }
             };
