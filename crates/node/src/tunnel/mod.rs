@@ -7,6 +7,7 @@
 //! yet; see crates/tunnel/README.md.
 
 pub mod dev;
+pub mod driver;
 pub mod netns;
 
 /// Errors of the tunnel drivers' system plumbing.
