@@ -179,7 +179,7 @@ pub async fn run(
     loop {
         let now = Instant::now();
         iface.poll(ms(start, now), &mut dev, &mut sockets);
-        service(&mut core, &mut flows, &mut sockets, &mut zombies, &tun, now).await?;
+        service(&mut core, &mut flows, &mut sockets, &mut zombies, now);
         iface.poll(ms(start, now), &mut dev, &mut sockets);
         while let Some(p) = dev.tx.pop_front() {
             tun.send(&p).await?;
@@ -346,14 +346,13 @@ async fn relay(
 
 /// Move data between each connected flow's socket and its channels, and
 /// notice the application's FIN and resets.
-async fn service(
+fn service(
     core: &mut Tunnel,
     flows: &mut HashMap<u64, FlowIo>,
     sockets: &mut SocketSet<'_>,
     zombies: &mut Vec<SocketHandle>,
-    tun: &TunDevice,
     now: Instant,
-) -> std::io::Result<()> {
+) {
     let mut events: Vec<(u64, FlowEvent)> = Vec::new();
     for (id, f) in flows.iter_mut() {
         let Some(h) = f.handle else { continue };
@@ -415,13 +414,12 @@ async fn service(
             events.push((*id, ev));
         }
     }
-    let _ = tun;
     for (id, ev) in events {
         if let Ok(step) = core.on_flow(now, id, ev) {
-            apply_sync(id, step, flows, sockets, zombies);
+            // The steps of FIN, END DONE and resets write no packet.
+            let _ = apply_sync(id, step, flows, sockets, zombies);
         }
     }
-    Ok(())
 }
 
 /// The part of a step that needs no packet written.
