@@ -100,12 +100,24 @@ async fn run_inner(proxy: SocketAddr, program: &str, args: &[String]) -> anyhow:
     let packet_loop = tokio::spawn(driver::run(tun, cfg, connector, async {
         let _ = stop_rx.await;
     }));
-    let status = ns
+    let mut child = ns
         .command(program, args)
         .kill_on_drop(true)
-        .status()
-        .await
-        .with_context(|| format!("running {program} in the tunnel"));
+        .spawn()
+        .with_context(|| format!("running {program} in the tunnel"))?;
+    // Ctrl-C or SIGTERM: stop the program and still remove the namespace.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let status = tokio::select! {
+        s = child.wait() => s.with_context(|| format!("waiting for {program}")),
+        _ = tokio::signal::ctrl_c() => {
+            let _ = child.kill().await;
+            Err(anyhow::anyhow!("interrupted"))
+        }
+        _ = term.recv() => {
+            let _ = child.kill().await;
+            Err(anyhow::anyhow!("terminated"))
+        }
+    };
     let _ = stop_tx.send(());
     match packet_loop.await {
         Ok(Ok(c)) => tracing::info!(

@@ -83,6 +83,65 @@ fn run(spec: &str) {
     drop(net);
 }
 
+/// Fail closed: with the SOCKS port gone (as when the client is killed)
+/// the program's connections fail, by name and by address, and nothing
+/// reaches the host: the namespace has no interface but `lo` and the TUN
+/// (checked in onionmix-node's `tunnel_netns`), so a listener on the
+/// host's own address sees no connection. The program's exit status is
+/// passed on.
+#[test]
+fn tunnel_fails_closed_without_a_client() {
+    if !onionmix_testsupport::require_or_skip("tunnel_fails_closed_without_a_client", tools()) {
+        return;
+    }
+    // A port nobody listens on stands for the killed client's SOCKS port.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let socks = dead.local_addr().unwrap();
+    drop(dead);
+    // The host's own address (else loopback), with a listener on it.
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .unwrap();
+    let host_ip = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|c| c.split('/').next().map(str::to_string))
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let listener = std::net::TcpListener::bind((host_ip.as_str(), 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for url in [
+        format!("http://{host_ip}:{port}/"),
+        format!("http://sink.onionmix.test:{port}/"),
+    ] {
+        let st = Command::new(env!("CARGO_BIN_EXE_onionmix"))
+            .args(["tunnel", "--socks", &socks.to_string()])
+            .args([
+                "--exec",
+                "curl",
+                "-sS",
+                "--max-time",
+                "60",
+                "-o",
+                "/dev/null",
+                &url,
+            ])
+            .status()
+            .expect("run onionmix tunnel");
+        assert!(!st.success(), "{url} must fail without a client");
+        assert!(
+            st.code().is_some_and(|c| c != 0),
+            "curl's status passed on: {st}"
+        );
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a connection left the namespace outside the tunnel: {other:?}"),
+    }
+}
+
 #[test]
 fn tunnel_exec_curl_over_onionmix() {
     if !onionmix_testsupport::require_or_skip("tunnel_exec_curl_over_onionmix", tools()) {
