@@ -44,6 +44,9 @@ pub const CHANNEL_CHUNKS: usize = 8;
 pub const MAX_QUEUED_PACKETS: usize = 1024;
 /// Longest a write to the stream may block.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+/// smoltcp's per-socket timeout (no ACK from the application for this
+/// long aborts the socket).
+pub const SOCKET_TIMEOUT_SECS: u64 = 300;
 /// Longest the stream may be silent before the flow is dropped.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -493,6 +496,10 @@ async fn apply(
                 tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]),
                 tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]),
             );
+            // A peer that vanishes mid-close does not keep the socket.
+            s.set_timeout(Some(smoltcp::time::Duration::from_secs(
+                SOCKET_TIMEOUT_SECS,
+            )));
             if s.listen(dst).is_ok() {
                 f.handle = Some(sockets.add(s));
                 if dev.rx.len() < MAX_QUEUED_PACKETS {
@@ -533,4 +540,34 @@ fn syn_dst(p: &[u8]) -> Option<IpListenEndpoint> {
         addr: Some(addr),
         port,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syn_destination() {
+        let mut v4 = vec![0u8; 40];
+        v4[0] = 0x45;
+        v4[16..20].copy_from_slice(&[198, 18, 0, 7]);
+        v4[22..24].copy_from_slice(&8080u16.to_be_bytes());
+        let e = syn_dst(&v4).expect("v4");
+        assert_eq!(e.port, 8080);
+        assert_eq!(e.addr, Some(IpAddress::Ipv4([198, 18, 0, 7].into())));
+        let mut v6 = vec![0u8; 60];
+        v6[0] = 0x60;
+        v6[39] = 1;
+        v6[42..44].copy_from_slice(&443u16.to_be_bytes());
+        let e = syn_dst(&v6).expect("v6");
+        assert_eq!(e.port, 443);
+        // Truncated or not IP: no destination, no panic.
+        for n in 0..24 {
+            assert!(syn_dst(v4.get(..n).unwrap_or_default()).is_none(), "{n}");
+        }
+        assert!(syn_dst(&[0x15; 40]).is_none());
+        let mut bad_ihl = v4.clone();
+        bad_ihl[0] = 0x4f;
+        assert!(syn_dst(&bad_ihl).is_none());
+    }
 }
