@@ -12,6 +12,7 @@ mod cmd_measure;
 mod cmd_mix;
 mod cmd_relay;
 mod cmd_testnet;
+mod cmd_tunnel;
 mod logging;
 
 /// onionmix: anonymity networks you can run, measure and build on.
@@ -65,6 +66,9 @@ enum Command {
     /// Run the link emulator process (started by `testnet start` for
     /// emulated networks).
     Emulator(cmd_emu::EmuArgs),
+    /// Run a program in a fresh network namespace whose only route is a
+    /// transparent tunnel over a SOCKS port (`--exec cmd args...`).
+    Tunnel(cmd_tunnel::TunnelArgs),
     /// Loopix mix node (Sphinx, Poisson mixing, cover loops).
     Mix(cmd_mix::MixArgs),
     /// Loopix provider: inboxes for clients, SUBSCRIBE/PULL, offline storage.
@@ -90,6 +94,7 @@ fn main() -> std::process::ExitCode {
         Command::Relay(a) => cmd_relay::run(a),
         Command::Authority(a) => cmd_authority::run(a),
         Command::Emulator(a) => cmd_emu::run(a),
+        Command::Tunnel(a) => cmd_tunnel::run(a),
         Command::Mix(a) => cmd_mix::run_mix(a),
         Command::Provider(a) => cmd_mix::run_provider(a),
         Command::MixClient(c) => cmd_mix::run_client(c),

@@ -13,3 +13,4 @@ pub mod metrics;
 pub mod reactor;
 pub mod relay;
 pub mod service;
+pub mod tunnel;

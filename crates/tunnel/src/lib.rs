@@ -13,6 +13,8 @@
 //!   unreachable, TCP RST);
 //! - [`flows`]: the flow table, isolation keys and the per-flow state
 //!   machine;
+//! - [`socks`]: isolation key -> SOCKS5 auth, SOCKS5 reply -> END reason
+//!   (for a driver that carries flows over a SOCKS port);
 //! - [`counters`]: what the tunnel counts;
 //! - [`tunnel`]: the pieces together, one packet in, one decision out.
 
@@ -21,6 +23,7 @@ pub mod dns;
 pub mod flows;
 pub mod mapping;
 pub mod packet;
+pub mod socks;
 #[cfg(test)]
 mod testutil;
 pub mod tunnel;
