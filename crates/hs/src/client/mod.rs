@@ -20,7 +20,7 @@ pub mod cache;
 
 use rand_core::RngCore;
 
-use crate::desc::{DescError, DescriptorContent};
+use crate::desc::{DescError, DescriptorContent, IntroPointInfo};
 use crate::error::{HsClientError, IntroFailure, RendFailure};
 use cache::{IntroFailureKind, IntroStateCache};
 
@@ -193,6 +193,22 @@ impl ConnectPlan {
         now: u64,
         rng: &mut dyn RngCore,
     ) -> Step {
+        self.next_preferring(desc, intro_state, now, rng, &|_| true)
+    }
+
+    /// [`Self::next`], picking the introduction point among the usable
+    /// ones that `prefer` accepts when there are any (the driver prefers
+    /// points a pre-built circuit can be extended to), else among all
+    /// usable ones. Which points are tried, and how often, does not
+    /// change: only the order.
+    pub fn next_preferring(
+        &mut self,
+        desc: Option<&DescriptorContent>,
+        intro_state: &IntroStateCache,
+        now: u64,
+        rng: &mut dyn RngCore,
+        prefer: &dyn Fn(&IntroPointInfo) -> bool,
+    ) -> Step {
         if let Some(e) = self.fetch_error.take() {
             return Step::Fail(e);
         }
@@ -216,7 +232,17 @@ impl ConnectPlan {
         if usable.is_empty() {
             return self.fetch_or(HsClientError::IntroFailed(IntroFailure::NoUsableIntroPoint));
         }
-        let index = usable[pick(rng, usable.len())];
+        let preferred: Vec<usize> = usable
+            .iter()
+            .copied()
+            .filter(|&i| desc.intro_points.get(i).is_some_and(prefer))
+            .collect();
+        let from = if preferred.is_empty() {
+            &usable
+        } else {
+            &preferred
+        };
+        let index = from[pick(rng, from.len())];
         let Some(ip) = desc.intro_points.get(index) else {
             return Step::Fail(HsClientError::IntroFailed(IntroFailure::NoUsableIntroPoint));
         };

@@ -244,3 +244,47 @@ fn fetch_round_order_skips_and_errors() {
         .collect();
     assert!(orders.len() > 1);
 }
+
+#[test]
+fn preferred_points_first_then_the_rest() {
+    // Whatever the draw, the preferred point (auth key 2) comes first;
+    // then the others, each once; then a fetch.
+    for seed in 0..20 {
+        let mut p = ConnectPlan::new(SVC);
+        let st = IntroStateCache::new();
+        let mut r = StdRng::seed_from_u64(seed);
+        let d = desc(1, &[1, 2, 3]);
+        let prefer = |ip: &IntroPointInfo| ip.auth_key == [2; 32];
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let Step::Introduce { index, .. } =
+                p.next_preferring(Some(&d), &st, 0, &mut r, &prefer)
+            else {
+                panic!("expected an introduction");
+            };
+            order.push(index);
+        }
+        assert_eq!(order[0], 1, "seed {seed}: {order:?}");
+        order.sort_unstable();
+        assert_eq!(order, vec![0, 1, 2]);
+        assert_eq!(
+            p.next_preferring(Some(&d), &st, 0, &mut r, &prefer),
+            Step::Fetch
+        );
+    }
+    // Nothing preferred: every point is still tried.
+    let mut p = ConnectPlan::new(SVC);
+    let st = IntroStateCache::new();
+    let mut r = rng();
+    let d = desc(1, &[1, 2]);
+    let mut order = Vec::new();
+    for _ in 0..2 {
+        let Step::Introduce { index, .. } = p.next_preferring(Some(&d), &st, 0, &mut r, &|_| false)
+        else {
+            panic!("expected an introduction");
+        };
+        order.push(index);
+    }
+    order.sort_unstable();
+    assert_eq!(order, vec![0, 1]);
+}

@@ -39,7 +39,7 @@ use onionmix_hs::client::cache::{
     IntroStateCache,
 };
 use onionmix_hs::client::{ConnectPlan, FetchFailure, FetchRound, Step};
-use onionmix_hs::desc::DescError;
+use onionmix_hs::desc::{DescError, IntroPointInfo};
 use onionmix_hs::ring::RingKind;
 use onionmix_hs::{HsClientError, OnionAddress};
 
@@ -455,9 +455,22 @@ impl HsClient {
                 HsStats::bump(&self.inner.stats.desc_cache_hits);
             }
             first = false;
+            // Among usable introduction points, those a pre-built circuit
+            // can be extended to come first (on a small network every
+            // pre-built circuit may pass through a point or its family).
+            let reachable = |ip: &IntroPointInfo| {
+                net::hop_from_link_specs(&ip.link_specifiers, &ip.onion_key, Some(&net.nd))
+                    .is_some_and(|hop| net::pool_reaches(&self.inner.circmgr, &net.nd, &hop))
+            };
             let step = {
                 let st = lock(&self.inner.intro_state);
-                plan.next(cached.as_ref().map(|d| &d.content), &st, now, &mut OsRng)
+                plan.next_preferring(
+                    cached.as_ref().map(|d| &d.content),
+                    &st,
+                    now,
+                    &mut OsRng,
+                    &reachable,
+                )
             };
             match step {
                 Step::Fetch => {

@@ -243,19 +243,7 @@ async fn from_pool(
             Some(Ok(c))
         }
         Some(t) => {
-            let t_relay = nd.relay_by_rsa_id(&t.rsa_id);
-            // No hop is the target or in its family (as a fresh path).
-            let fits = |c: &Circuit| {
-                c.path.iter().all(|h| {
-                    h.rsa_id != t.rsa_id
-                        && match (t_relay, nd.relay_by_rsa_id(&h.rsa_id)) {
-                            (Some(tr), Some(hr)) => !tr.in_same_family(hr),
-                            (None, _) => true,
-                            (Some(_), None) => false,
-                        }
-                })
-            };
-            let Some(c) = pool.take(Instant::now(), dead, fits) else {
+            let Some(c) = pool.take(Instant::now(), dead, extendable_to(&nd, t)) else {
                 debug!(
                     "no pre-built circuit can be extended to {} ({} ready)",
                     t.nickname,
@@ -280,6 +268,33 @@ async fn from_pool(
             }
         }
     }
+}
+
+/// Whether a pooled circuit can be extended to `t`: none of its hops is
+/// `t` or in its family (as for a fresh path).
+fn extendable_to<'a>(nd: &'a NetDir, t: &'a HopTarget) -> impl Fn(&Circuit) -> bool + 'a {
+    let t_relay = nd.relay_by_rsa_id(&t.rsa_id);
+    move |c: &Circuit| {
+        c.path.iter().all(|h| {
+            h.rsa_id != t.rsa_id
+                && match (t_relay, nd.relay_by_rsa_id(&h.rsa_id)) {
+                    (Some(tr), Some(hr)) => !tr.in_same_family(hr),
+                    (None, _) => true,
+                    (Some(_), None) => false,
+                }
+        })
+    }
+}
+
+/// Whether a pre-built circuit is ready that can be extended to `t` (an
+/// introduction point reached that way costs one extension instead of a
+/// four-hop build).
+pub fn pool_reaches(circmgr: &CircMgr, nd: &NetDir, t: &HopTarget) -> bool {
+    circmgr.hs_pool().any(
+        Instant::now(),
+        |c: &Circuit| c.is_closed(),
+        extendable_to(nd, t),
+    )
 }
 
 /// Start the builds that keep the pool at its target (while onion

@@ -115,6 +115,14 @@ impl<T> Pool<T> {
         got
     }
 
+    /// Whether a ready item that is not `dead` nor older than [`MAX_AGE`]
+    /// `fits` (nothing is taken).
+    pub fn any(&self, now: Instant, dead: impl Fn(&T) -> bool, fits: impl Fn(&T) -> bool) -> bool {
+        self.lock().ready.iter().any(|(at, item)| {
+            now.saturating_duration_since(*at) <= MAX_AGE && !dead(item) && fits(item)
+        })
+    }
+
     /// How many builds to start now: enough to reach [`TARGET`] while the
     /// prediction holds (counted as building until [`Self::built`] or
     /// [`Self::build_failed`]).
@@ -207,6 +215,25 @@ mod tests {
         let later = t0 + PREDICTION + Duration::from_secs(1);
         let _ = p.take(t0, |_| false, |_| true);
         assert_eq!(p.builds_wanted(later), 0);
+    }
+
+    #[test]
+    fn any_looks_without_taking() {
+        let p: Pool<u32> = Pool::default();
+        let t0 = Instant::now();
+        p.note_use(t0);
+        assert_eq!(p.builds_wanted(t0), TARGET);
+        p.built(t0, 1);
+        p.built(t0, 2);
+        assert!(p.any(t0, |_| false, |x| *x == 2));
+        assert!(!p.any(t0, |_| false, |x| *x == 3));
+        assert!(
+            !p.any(t0, |x| *x == 2, |x| *x == 2),
+            "dead items do not count"
+        );
+        let late = t0 + MAX_AGE + Duration::from_secs(1);
+        assert!(!p.any(late, |_| false, |_| true), "old items do not count");
+        assert_eq!(p.ready(), 2, "nothing was taken");
     }
 
     #[test]
