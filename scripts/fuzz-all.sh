@@ -9,6 +9,11 @@
 #   scripts/fuzz-all.sh vote socks      # some
 #   RUNS=100000 MAX_TIME=60 scripts/fuzz-all.sh cell_codec
 #
+# Builds and runs under `nice -n $NICE` (19 by default: the machines it
+# runs on are shared). TIMEOUT is libFuzzer's -timeout (seconds of wall
+# time after which an input counts as a hang); raise it on a busy machine.
+# BUILD=0 runs the binaries already built.
+#
 # Needs nightly Rust and cargo-fuzz (`cargo install cargo-fuzz --locked`).
 #
 # Two builds: the default one (SanitizerCoverage with trace-compares, so
@@ -26,6 +31,7 @@ TIMEOUT=${TIMEOUT:-1}
 LOG_DIR=${LOG_DIR:-/tmp/onionmix-fuzz-logs}
 WORK_DIR=${WORK_DIR:-/tmp/onionmix-fuzz-work}
 MERGE=${MERGE:-1}
+NICE=${NICE:-19}
 mkdir -p "$LOG_DIR" "$WORK_DIR"
 
 if [ "$#" -gt 0 ]; then
@@ -38,13 +44,15 @@ NOCMP_TARGETS=${NOCMP_TARGETS:-"authcert chan_initiator chan_responder circuit_h
   detached_sig dir_response exit_policy link_certs loopix_nodes microdesc routerdesc sphinx_x25519
   sphinxmix vote"}
 
-{
-  cargo +nightly fuzz build --sanitizer none &&
-    cargo +nightly fuzz build --sanitizer none --no-trace-compares --target-dir fuzz/target-nocmp
-} >"$LOG_DIR/build.log" 2>&1 || {
-  echo "build failed, see $LOG_DIR/build.log" >&2
-  exit 1
-}
+if [ "${BUILD:-1}" = 1 ]; then
+  {
+    nice -n "$NICE" cargo +nightly fuzz build --sanitizer none &&
+      nice -n "$NICE" cargo +nightly fuzz build --sanitizer none --no-trace-compares --target-dir fuzz/target-nocmp
+  } >"$LOG_DIR/build.log" 2>&1 || {
+    echo "build failed, see $LOG_DIR/build.log" >&2
+    exit 1
+  }
+fi
 
 [ -f "$LOG_DIR/summary.tsv" ] ||
   printf 'target\tbuild\texecs\tseconds\texec_per_s\tcorpus_files\tcorpus_bytes\tresult\tdate\n' >"$LOG_DIR/summary.tsv"
@@ -61,7 +69,7 @@ for t in "${targets[@]}"; do
   log="$LOG_DIR/$t.log"
   echo "==> $t, $build build ($(date -u +%H:%M:%S))"
   start=$(date +%s)
-  "$bin_dir/$t" "$work" "fuzz/corpus/$t" \
+  nice -n "$NICE" "$bin_dir/$t" "$work" "fuzz/corpus/$t" \
     -runs="$RUNS" -max_total_time="$MAX_TIME" -rss_limit_mb=2048 \
     -timeout="$TIMEOUT" -print_final_stats=1 \
     -artifact_prefix="fuzz/artifacts/$t/" >"$log" 2>&1
@@ -76,7 +84,7 @@ for t in "${targets[@]}"; do
     merged="$WORK_DIR/$t.merged"
     rm -rf "$merged"
     mkdir -p "$merged"
-    "$bin_dir/$t" -merge=1 -rss_limit_mb=2048 -timeout=10 "$merged" \
+    nice -n "$NICE" "$bin_dir/$t" -merge=1 -rss_limit_mb=2048 -timeout=10 "$merged" \
       "fuzz/corpus/$t" "$work" >"$LOG_DIR/$t.merge.log" 2>&1
     if [ "$(ls "$merged" | wc -l)" -gt 0 ]; then
       find "fuzz/corpus/$t" -type f ! -name 'seed-*' -delete

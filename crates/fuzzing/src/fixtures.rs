@@ -87,10 +87,13 @@ pub fn stock_certs() -> &'static [AuthCertificate] {
     })
 }
 
-/// SHA-256 of the stock relay's TLS certificate.
+/// SHA-256 of the stock relay's TLS certificate (computed once).
 pub fn stock_tls_sha256() -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(STOCK_TLS_CERT).into()
+    static H: OnceLock<[u8; 32]> = OnceLock::new();
+    *H.get_or_init(|| {
+        use sha2::Digest;
+        sha2::Sha256::digest(STOCK_TLS_CERT).into()
+    })
 }
 
 // ---------------------------------------------------------------- relays
@@ -242,4 +245,5 @@ pub fn warm_up() {
     let _ = loopix(ProfileKind::X25519);
     let _ = stock_authorities();
     let _ = stock_certs();
+    let _ = stock_tls_sha256();
 }

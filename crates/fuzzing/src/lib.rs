@@ -140,6 +140,7 @@ pub const TARGETS: &[Target] = &[
 pub fn warm_up() {
     fixtures::warm_up();
     netdoc::warm_up();
+    mix::warm_up();
     emu::warm_up();
 }
 

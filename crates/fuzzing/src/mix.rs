@@ -3,7 +3,7 @@
 //! provider, mix and client machines fed datagrams.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
@@ -258,6 +258,94 @@ fn entry(n: &onionmix_mix::directory::NodeInfo) -> RoutingEntry {
     }
 }
 
+/// The nodes [`loopix_nodes`] starts every input from: a provider, a mix
+/// and `client0` of one profile's fixture network, with the provider's
+/// clock at [`NOW`], and the control keys the harness signs requests
+/// with. Built once per profile and cloned per input: building them
+/// checks each secret key against the directory and derives the client's
+/// control key (elliptic-curve multiplications that are the same for
+/// every input, not what the target tests).
+struct LoopixNodes {
+    t0: Instant,
+    provider: MixNode,
+    mix: MixNode,
+    client: ClientNode,
+    /// `client0`'s and `client1`'s control keys with the provider.
+    control_keys: [Option<ControlKey>; 2],
+}
+
+fn make_loopix_nodes(kind: ProfileKind) -> Option<LoopixNodes> {
+    let f = fixtures::loopix(kind);
+    let profile = Profile::loopix(kind);
+    let t0 = Instant::now();
+    let params = node_params();
+    let mut provider = MixNode::new(
+        "provider0",
+        true,
+        profile,
+        f.provider_key.clone(),
+        f.dir.clone(),
+        params.clone(),
+        t0,
+    )
+    .ok()?;
+    provider.set_wall_clock(t0, NOW * 1000);
+    let mix = MixNode::new(
+        "mix0_0",
+        false,
+        profile,
+        f.mix_key.clone(),
+        f.dir.clone(),
+        params.clone(),
+        t0,
+    )
+    .ok()?;
+    let client = ClientNode::new(
+        "client0",
+        profile,
+        f.client_keys[0].clone(),
+        f.dir.clone(),
+        params,
+        t0,
+    )
+    .ok()?;
+    let prov = &f.dir.providers[0];
+    let control_keys = [0, 1].map(|who| {
+        let c = &f.dir.clients[who].node;
+        ControlKey::derive(
+            &f.client_keys[who],
+            &prov.key,
+            &c.name,
+            &c.key,
+            &prov.name,
+            &prov.key,
+        )
+    });
+    Some(LoopixNodes {
+        t0,
+        provider,
+        mix,
+        client,
+        control_keys,
+    })
+}
+
+fn loopix_nodes_of(kind: ProfileKind) -> Option<&'static LoopixNodes> {
+    static P: OnceLock<Option<LoopixNodes>> = OnceLock::new();
+    static X: OnceLock<Option<LoopixNodes>> = OnceLock::new();
+    match kind {
+        ProfileKind::Sphinxmix => P.get_or_init(|| make_loopix_nodes(kind)),
+        ProfileKind::X25519 => X.get_or_init(|| make_loopix_nodes(kind)),
+    }
+    .as_ref()
+}
+
+/// Build this module's fixtures.
+pub(crate) fn warm_up() {
+    let _ = loopix_nodes_of(ProfileKind::Sphinxmix);
+    let _ = loopix_nodes_of(ProfileKind::X25519);
+}
+
 /// A Loopix provider, a mix and a client fed datagrams, with the
 /// provider's clock at [`NOW`]. First byte: bit 0 picks the profile
 /// (x25519 or sphinxmix). Then operations: a raw datagram to the
@@ -265,7 +353,8 @@ fn entry(n: &onionmix_mix::directory::NodeInfo) -> RoutingEntry {
 /// request signed with a client's key (fuzzed kind, timestamp, names),
 /// a genuine packet for a client through the provider, or time passing.
 /// Everything a node sends must be a control message or a packet its
-/// receiver can process.
+/// receiver can process. Every input starts from the same fresh nodes
+/// ([`LoopixNodes`]).
 pub fn loopix_nodes(data: &[u8]) {
     let mut inp = Input::new(data);
     let kind = if inp.u8() & 1 == 0 {
@@ -275,42 +364,14 @@ pub fn loopix_nodes(data: &[u8]) {
     };
     let f = fixtures::loopix(kind);
     let profile = Profile::loopix(kind);
-    let t0 = Instant::now();
+    let Some(nodes) = loopix_nodes_of(kind) else {
+        return;
+    };
+    let t0 = nodes.t0;
     let mut now = t0;
-    let params = node_params();
-    let Ok(mut provider) = MixNode::new(
-        "provider0",
-        true,
-        profile,
-        f.provider_key.clone(),
-        f.dir.clone(),
-        params.clone(),
-        now,
-    ) else {
-        return;
-    };
-    provider.set_wall_clock(now, NOW * 1000);
-    let Ok(mut mix) = MixNode::new(
-        "mix0_0",
-        false,
-        profile,
-        f.mix_key.clone(),
-        f.dir.clone(),
-        params.clone(),
-        now,
-    ) else {
-        return;
-    };
-    let Ok(mut client) = ClientNode::new(
-        "client0",
-        profile,
-        f.client_keys[0].clone(),
-        f.dir.clone(),
-        params,
-        now,
-    ) else {
-        return;
-    };
+    let mut provider = nodes.provider.clone();
+    let mut mix = nodes.mix.clone();
+    let mut client = nodes.client.clone();
     let prov = &f.dir.providers[0];
     let mut rng = fixtures::rng(9);
     // Bounded work per input: sphinxmix packets cost milliseconds each.
@@ -342,17 +403,10 @@ pub fn loopix_nodes(data: &[u8]) {
                 } else {
                     String::from_utf8_lossy(inp.chunk()).into_owned()
                 };
-                let Some(k) = ControlKey::derive(
-                    &f.client_keys[who],
-                    &prov.key,
-                    &c.name,
-                    &c.key,
-                    &prov.name,
-                    &prov.key,
-                ) else {
+                let Some(k) = &nodes.control_keys[who] else {
                     continue;
                 };
-                let req = AuthRequest::sign(&k, kind, &c.name, &name_to, ts);
+                let req = AuthRequest::sign(k, kind, &c.name, &name_to, ts);
                 provider.handle_datagram(now, from, &Control::Auth(req).encode());
             }
             4 if built < 6 => {

@@ -48,6 +48,18 @@ pub use types::{PortPolicy, Protocols, RelayFlags};
 use std::fmt;
 use std::str::FromStr;
 
+/// True only in fuzzing builds: `--cfg fuzzing`, which cargo-fuzz sets and
+/// no other build (release, test, CI) does. There, two signature checks
+/// that a fuzz target would otherwise have to satisfy by signing every
+/// input accept any well-formed signature, as tor's own fuzzing harness
+/// does (`disable_signature_checking`): a status vote's signature
+/// ([`vote::parse_vote`]; [`vote::build_vote`] writes a stand-in instead
+/// of signing) and the signatures and cross-certificates of an uploaded
+/// router descriptor ([`routerdesc::verify_upload`]). The fuzzer then
+/// spends its executions on the code after the checks rather than on RSA
+/// signing. Every other build signs and checks; see docs/fuzzing.md.
+pub(crate) const FUZZING_ACCEPTS_SIGNATURES: bool = cfg!(fuzzing);
+
 /// SHA-1 fingerprint of a relay's RSA identity key.
 pub type RsaId = [u8; 20];
 /// Ed25519 identity key.

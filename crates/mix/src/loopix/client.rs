@@ -24,7 +24,9 @@ pub struct Delivered {
     pub msg: Vec<u8>,
 }
 
-/// A Loopix client.
+/// A Loopix client. `Clone` copies its whole state (the fuzz target
+/// starts every input from one client built once).
+#[derive(Clone)]
 pub struct ClientNode {
     pub name: String,
     profile: Profile,

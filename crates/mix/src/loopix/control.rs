@@ -304,6 +304,7 @@ impl ReplayWindow {
 }
 
 /// Per-source-IP budgets for refused requests (bounded table).
+#[derive(Clone)]
 struct SourceLimiter {
     map: HashMap<IpAddr, TokenBucket>,
     overflow: TokenBucket,
@@ -346,6 +347,7 @@ impl SourceLimiter {
     }
 }
 
+#[derive(Clone)]
 struct ClientState {
     public: PublicKey,
     /// Derived on the first request (one DH per client, ever).
@@ -355,6 +357,7 @@ struct ClientState {
 }
 
 /// A provider's view of its clients' control requests.
+#[derive(Clone)]
 pub struct ProviderAuth {
     name: String,
     secret: Arc<SecretKey>,

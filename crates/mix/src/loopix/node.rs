@@ -181,6 +181,7 @@ impl Stats {
     }
 }
 
+#[derive(Clone)]
 struct Scheduled {
     at: Instant,
     seq: u64,
@@ -205,6 +206,7 @@ impl Ord for Scheduled {
 }
 
 /// A bounded delay queue.
+#[derive(Clone)]
 struct DelayQueue {
     heap: BinaryHeap<Scheduled>,
     seq: u64,
@@ -277,7 +279,9 @@ pub(super) fn loop_key(msg: &[u8]) -> Option<[u8; 8]> {
     msg.get(2..10).and_then(|s| s.try_into().ok())
 }
 
-/// A mix node or a provider.
+/// A mix node or a provider. `Clone` copies its whole state (the fuzz
+/// target starts every input from one node built once).
+#[derive(Clone)]
 pub struct MixNode {
     pub name: String,
     profile: Profile,

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ReplayCache {
     current: HashSet<[u8; 16]>,
     previous: HashSet<[u8; 16]>,

@@ -125,6 +125,19 @@ fn votes() -> Vec<String> {
 }
 
 #[test]
+fn signatures_are_made_and_checked_outside_fuzzing_builds() {
+    // Only cargo-fuzz builds (`--cfg fuzzing`) stand in for vote and router
+    // descriptor signatures; tests, CI and releases never do.
+    assert!(!crate::FUZZING_ACCEPTS_SIGNATURES);
+    let v = &votes()[0];
+    let at = v.rfind("\ndirectory-signature ").unwrap();
+    assert!(
+        !v[at..].contains("AAAAAAAAAAAAAAAAAAAA"),
+        "a real signature"
+    );
+}
+
+#[test]
 fn votes_round_trip_and_tampering_is_caught() {
     let texts = votes();
     let v = parse_vote(&texts[0], now()).unwrap();
