@@ -464,7 +464,7 @@ async fn hung_hop_times_out_at_the_learned_bound() {
         .await
         .expect("a circuit on the second path");
     assert!(t0.elapsed() < Duration::from_secs(30));
-    assert_eq!(c.path[1].nickname, "middle");
+    assert_eq!(c.path()[1].nickname, "middle");
     assert_eq!(picks.load(Ordering::Relaxed), 2);
     assert_eq!(cbt.counters.timeouts.load(Ordering::Relaxed), 2);
     assert_eq!(mgr.counters().on_demand.load(Ordering::Relaxed), 1);

@@ -128,7 +128,7 @@ async fn congestion_control_negotiated_and_transfers_verified_both_ways() {
     let (exit_ctx, circ, mgr) = three_hops(tmp.path()).await;
     let target = start_target().await;
     assert_eq!(
-        circ.cc_sendme_inc,
+        circ.cc_sendme_inc(),
         Some(31),
         "the exit agreed to congestion control"
     );
@@ -244,7 +244,7 @@ async fn an_exit_whose_consensus_disables_cc_keeps_fixed_windows() {
     let circ = circuit::build(chan, vec![guard, middle, exit], Duration::from_secs(30))
         .await
         .unwrap();
-    assert_eq!(circ.cc_sendme_inc, None);
+    assert_eq!(circ.cc_sendme_inc(), None);
     assert_eq!(exit_ctx.stats.cc_circuits.load(Relaxed), 0);
     let n = 3 * 1024 * 1024;
     let mut s = open(&circ, target).await;

@@ -4,7 +4,8 @@ use std::sync::atomic::Ordering;
 
 use onionmix_frontend::control::ConfError;
 
-use super::{ClientBackend, bool01};
+use super::ClientBackend;
+use crate::control::bool01;
 
 /// Options GETCONF/SETCONF know: (canonical name, type for config/names).
 pub(super) const OPTIONS: &[(&str, &str)] = &[
@@ -73,7 +74,7 @@ impl ClientBackend {
             "__LeaveStreamsUnattached" => {
                 vec![Some(bool01(hub.leave_unattached.load(Ordering::Relaxed)))]
             }
-            "__OwningControllerProcess" => vec![self.ctx.owning_pid().map(|p| p.to_string())],
+            "__OwningControllerProcess" => vec![self.ctx.owner.owning_pid().map(|p| p.to_string())],
             "CookieAuthentication" => vec![Some(bool01(self.ctx.auth.cookie.is_some()))],
             "CookieAuthFile" => vec![self.ctx.auth.cookie_path.clone()],
             "HashedControlPassword" => {
@@ -186,9 +187,10 @@ impl ClientBackend {
                         .leave_unattached
                         .store(v.as_deref() == Some("1"), Ordering::Relaxed);
                 }
-                "__OwningControllerProcess" => {
-                    self.ctx.set_owning_pid(v.and_then(|p| p.parse().ok()))
-                }
+                "__OwningControllerProcess" => self
+                    .ctx
+                    .owner
+                    .set_owning_pid(v.and_then(|p| p.parse().ok())),
                 "SocksPort" => {
                     let addr = v.and_then(|a| a.parse().ok());
                     if let Err(e) = self.ctx.socks.rebind(addr) {

@@ -9,8 +9,9 @@ use onionmix_frontend::control::events::long_name;
 use onionmix_frontend::control::syntax::quote;
 use onionmix_netdoc::NetDir;
 
+use super::ClientBackend;
 use super::conf::OPTIONS;
-use super::{ClientBackend, bool01, find_relay, version};
+use crate::control::{bool01, find_relay, ns_value, version};
 
 /// GETINFO keys we answer (for `info/names`).
 const INFO_NAMES: &[(&str, &str)] = &[
@@ -98,42 +99,6 @@ const INFO_NAMES: &[(&str, &str)] = &[
     ),
 ];
 
-fn ns_entry(nd: &NetDir, r: &onionmix_netdoc::ConsensusRelay) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
-    let published = onionmix_crypto::timefmt::format_utc(
-        nd.lifetime()
-            .valid_after
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    );
-    let mut flags: Vec<&str> = r.flags.names().collect();
-    flags.sort_unstable();
-    let mut s = format!(
-        "r {} {} {} {} {} {} {}\n",
-        r.nickname,
-        b64.encode(r.rsa_id),
-        b64.encode([0u8; 20]),
-        published,
-        r.ipv4.ip(),
-        r.ipv4.port(),
-        r.dir_port
-    );
-    if let Some(a) = r.ipv6 {
-        s.push_str(&format!("a {a}\n"));
-    }
-    s.push_str(&format!("s {}\n", flags.join(" ")));
-    if let Some(v) = &r.version {
-        s.push_str(&format!("v {v}\n"));
-    }
-    s.push_str(&format!("w Bandwidth={}", r.bandwidth));
-    if !r.measured {
-        s.push_str(" Unmeasured=1");
-    }
-    s.push('\n');
-    s
-}
-
 fn md_text(nd: &NetDir, id: &[u8; 20]) -> Option<String> {
     let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
     let r = nd.relay_by_rsa_id(id)?;
@@ -204,14 +169,6 @@ impl ClientBackend {
                 .map(|l| quote(l.as_bytes()))
                 .collect::<Vec<_>>()
                 .join(" "),
-            "ns/all" => match self.netdir() {
-                Ok(nd) => nd
-                    .listed()
-                    .iter()
-                    .map(|r| ns_entry(&nd, r))
-                    .collect::<String>(),
-                Err(e) => return e,
-            },
             "dormant" => bool01(hub.dormant.load(Ordering::Relaxed)),
             "onions/current" => self.ctx.onions.list(Some(self.sub_id)),
             "onions/detached" => self.ctx.onions.list(None),
@@ -220,17 +177,10 @@ impl ClientBackend {
             "address" | "address/v4" | "address/v6" => return Info::Fail("Address unknown".into()),
             "fingerprint" => return Info::Fail("Not running in server mode".into()),
             "accounting/enabled" => "0".into(),
-            k if k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
-                let nd = match self.netdir() {
-                    Ok(n) => n,
+            k if k == "ns/all" || k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
+                match self.netdir() {
+                    Ok(nd) => ns_value(&nd, k).unwrap_or_default(),
                     Err(e) => return e,
-                };
-                let spec = k
-                    .trim_start_matches("ns/id/")
-                    .trim_start_matches("ns/name/");
-                match find_relay(&nd, spec).and_then(|(id, _)| nd.listed_by_rsa_id(&id)) {
-                    Some(r) => ns_entry(&nd, r),
-                    None => String::new(),
                 }
             }
             k if k.starts_with("md/id/") || k.starts_with("md/name/") => {
