@@ -22,7 +22,6 @@ import threading
 import time
 
 import stem
-import stem.connection
 from stem import CircStatus, Signal, StreamStatus
 from stem.control import Controller, EventType, Listener
 
@@ -128,25 +127,7 @@ def main():
     r = {}
 
     # Authentication, each method on its own connection.
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        pi = stem.connection.get_protocolinfo(c)
-        methods = sorted(m for m in pi.auth_methods)
-        r["auth_methods"] = methods
-        stem.connection.authenticate_safecookie(c, pi.cookie_path)
-        r["auth_safecookie"] = c.get_info("status/circuit-established") in ("0", "1")
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        pi = stem.connection.get_protocolinfo(c)
-        stem.connection.authenticate_cookie(c, pi.cookie_path)
-        r["auth_cookie"] = c.get_info("version") != ""
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        stem.connection.authenticate_password(c, a.password)
-        r["auth_password"] = c.get_info("version") != ""
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        try:
-            stem.connection.authenticate_password(c, a.password + "x")
-            r["auth_bad_password_refused"] = False
-        except stem.connection.PasswordAuthFailed:
-            r["auth_bad_password_refused"] = True
+    r.update(common.auth_checks(chost, int(cport), a.password))
 
     with Controller.from_port(address=chost, port=int(cport)) as c:
         c.authenticate(password=a.password)

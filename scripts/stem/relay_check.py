@@ -24,9 +24,10 @@ import sys
 import time
 
 import stem
-import stem.connection
 from stem import Signal
 from stem.control import Controller, EventType, Listener
+
+import common
 
 
 def poll(fn, want, timeout):
@@ -53,24 +54,8 @@ def main():
     fp = a.fingerprint.upper()
     r = {}
 
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        pi = stem.connection.get_protocolinfo(c)
-        r["auth_methods"] = sorted(m for m in pi.auth_methods)
-        stem.connection.authenticate_safecookie(c, pi.cookie_path)
-        r["auth_safecookie"] = c.get_info("fingerprint") == fp
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        pi = stem.connection.get_protocolinfo(c)
-        stem.connection.authenticate_cookie(c, pi.cookie_path)
-        r["auth_cookie"] = c.get_info("version") != ""
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        stem.connection.authenticate_password(c, a.password)
-        r["auth_password"] = c.get_info("version") != ""
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        try:
-            stem.connection.authenticate_password(c, a.password + "x")
-            r["auth_bad_password_refused"] = False
-        except stem.connection.PasswordAuthFailed:
-            r["auth_bad_password_refused"] = True
+    # Authentication, each method on its own connection.
+    r.update(common.auth_checks(chost, int(cport), a.password))
 
     with Controller.from_port(address=chost, port=int(cport)) as c:
         c.authenticate(password=a.password)

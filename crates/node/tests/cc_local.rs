@@ -34,15 +34,10 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
     let target = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: true,
-        optimistic_data: true,
         flowctrl_cc: true,
         params: Some(Arc::new(CcParams::default())),
+        ..HopTarget::local_relay(&ctx, addr)
     };
     (ctx, target)
 }

@@ -7,14 +7,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod common;
+
+use common::control::{Ctl, T};
 use onionmix_node::client::Client;
 use onionmix_node::client::config::ClientConfig;
 use onionmix_testsupport::ports::free_port;
 
-const T: Duration = Duration::from_secs(20);
 
 struct Fixture {
     client: Client,
@@ -53,74 +55,6 @@ or_addr = "127.0.0.1:{dead}"
         metrics: client.metrics_addr.unwrap(),
         client,
         dir,
-    }
-}
-
-struct Ctl {
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    w: tokio::net::tcp::OwnedWriteHalf,
-}
-
-impl Ctl {
-    async fn connect(a: SocketAddr) -> Ctl {
-        let s = TcpStream::connect(a).await.unwrap();
-        let (r, w) = s.into_split();
-        Ctl {
-            r: BufReader::new(r),
-            w,
-        }
-    }
-    async fn send(&mut self, b: &[u8]) {
-        self.w.write_all(b).await.unwrap();
-    }
-    /// One whole reply (through its end line), as text.
-    async fn reply(&mut self) -> String {
-        let mut out = String::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(T, self.r.read_line(&mut line))
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(n > 0, "connection closed; so far: {out:?}");
-            out.push_str(&line);
-            if line.as_bytes().get(3) == Some(&b'+') {
-                loop {
-                    let mut d = String::new();
-                    tokio::time::timeout(T, self.r.read_line(&mut d))
-                        .await
-                        .unwrap()
-                        .unwrap();
-                    out.push_str(&d);
-                    if d == ".\r\n" {
-                        break;
-                    }
-                }
-            } else if line.as_bytes().get(3) == Some(&b' ') {
-                return out;
-            }
-        }
-    }
-    async fn cmd(&mut self, c: &str) -> String {
-        self.send(format!("{c}\r\n").as_bytes()).await;
-        self.reply().await
-    }
-    async fn closed(&mut self) -> bool {
-        let mut b = [0u8; 64];
-        matches!(
-            tokio::time::timeout(T, self.r.read(&mut b)).await,
-            Ok(Ok(0)) | Ok(Err(_))
-        )
-    }
-    async fn auth(a: SocketAddr, dir: &std::path::Path) -> Ctl {
-        let cookie = std::fs::read(dir.join("control_auth_cookie")).unwrap();
-        let mut c = Ctl::connect(a).await;
-        assert_eq!(
-            c.cmd(&format!("AUTHENTICATE {}", hex::encode(cookie)))
-                .await,
-            "250 OK\r\n"
-        );
-        c
     }
 }
 

@@ -8,18 +8,18 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 
+mod common;
+
+use common::control::{Ctl, T};
 use onionmix_link::TlsTransport;
 use onionmix_node::client::chanmgr::ChanMgr;
 use onionmix_node::client::circuit::{self, HopTarget};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 use onionmix_testsupport::ports::free_port;
 
-const T: Duration = Duration::from_secs(30);
 
 struct Relay {
     ctx: Arc<RelayCtx>,
@@ -46,97 +46,12 @@ async fn start_relay(dir: &Path, nick: &str, extra: &str) -> Relay {
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let hop = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        params: None,
-    };
+    let hop = HopTarget::local_relay(&ctx, addr);
     Relay {
         ctx,
         hop,
         control: format!("127.0.0.1:{control}").parse().unwrap(),
         config,
-    }
-}
-
-struct Ctl {
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    w: tokio::net::tcp::OwnedWriteHalf,
-}
-
-impl Ctl {
-    async fn connect(a: SocketAddr) -> Ctl {
-        let (r, w) = TcpStream::connect(a).await.unwrap().into_split();
-        Ctl {
-            r: BufReader::new(r),
-            w,
-        }
-    }
-    async fn auth(r: &Relay) -> Ctl {
-        let cookie = std::fs::read(r.ctx.cfg.data_dir.join("control_auth_cookie")).unwrap();
-        let mut c = Ctl::connect(r.control).await;
-        let a = c
-            .cmd(&format!("AUTHENTICATE {}", hex::encode(cookie)))
-            .await;
-        assert_eq!(a, "250 OK\r\n");
-        c
-    }
-    /// One whole reply (through its end line).
-    async fn reply(&mut self) -> String {
-        let mut out = String::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(T, self.r.read_line(&mut line))
-                .await
-                .expect("reply in time")
-                .unwrap();
-            assert!(n > 0, "connection closed; so far: {out:?}");
-            out.push_str(&line);
-            if line.as_bytes().get(3) == Some(&b'+') {
-                loop {
-                    let mut d = String::new();
-                    tokio::time::timeout(T, self.r.read_line(&mut d))
-                        .await
-                        .unwrap()
-                        .unwrap();
-                    out.push_str(&d);
-                    if d == ".\r\n" {
-                        break;
-                    }
-                }
-            } else if line.as_bytes().get(3) == Some(&b' ') {
-                return out;
-            }
-        }
-    }
-    async fn cmd(&mut self, c: &str) -> String {
-        self.w
-            .write_all(format!("{c}\r\n").as_bytes())
-            .await
-            .unwrap();
-        self.reply().await
-    }
-    /// The next event line that starts with `prefix` (others skipped).
-    async fn event(&mut self, prefix: &str) -> String {
-        loop {
-            let e = self.reply().await;
-            if e.starts_with(prefix) {
-                return e;
-            }
-        }
-    }
-    async fn closed(&mut self) -> bool {
-        let mut b = [0u8; 64];
-        matches!(
-            tokio::time::timeout(T, self.r.read(&mut b)).await,
-            Ok(Ok(0)) | Ok(Err(_))
-        )
     }
 }
 
@@ -177,7 +92,7 @@ async fn relay_control_port_answers_as_a_relay() {
     );
     assert!(c.closed().await);
 
-    let mut c = Ctl::auth(&guard).await;
+    let mut c = Ctl::auth(guard.control, &guard.ctx.cfg.data_dir).await;
     let or = guard.hop.or_addr;
     assert_eq!(
         c.cmd("GETINFO fingerprint net/listeners/or address").await,
@@ -255,7 +170,7 @@ async fn relay_control_port_answers_as_a_relay() {
     // A client builds guard -> middle: the guard opens a link to the
     // middle (ORCONN LAUNCHED, CONNECTED), the middle sees the guard's
     // (CONNECTED); cells are counted on both.
-    let mut m = Ctl::auth(&middle).await;
+    let mut m = Ctl::auth(middle.control, &middle.ctx.cfg.data_dir).await;
     assert_eq!(m.cmd("SETEVENTS ORCONN").await, "250 OK\r\n");
     assert_eq!(c.cmd("SETEVENTS ORCONN BW SIGNAL").await, "250 OK\r\n");
     let mgr = ChanMgr::new(TlsTransport::client().unwrap());
@@ -309,7 +224,7 @@ async fn relay_control_port_answers_as_a_relay() {
     assert_eq!(c.reply().await, "500 Line too long.\r\n");
     assert!(c.closed().await);
     // The port keeps serving.
-    let mut c = Ctl::auth(&guard).await;
+    let mut c = Ctl::auth(guard.control, &guard.ctx.cfg.data_dir).await;
     assert_eq!(
         c.cmd("GETINFO fingerprint").await,
         format!("250-fingerprint={fp}\r\n250 OK\r\n")
@@ -322,7 +237,7 @@ async fn relay_shutdown_halt_and_ownership() {
 
     // SHUTDOWN: a notice, no new links, the exit after the wait.
     let r = start_relay(tmp.path(), "slow", "shutdown_wait_secs = 2").await;
-    let mut c = Ctl::auth(&r).await;
+    let mut c = Ctl::auth(r.control, &r.ctx.cfg.data_dir).await;
     assert_eq!(c.cmd("SETEVENTS NOTICE").await, "250 OK\r\n");
     assert_eq!(c.cmd("SIGNAL SHUTDOWN").await, "250 OK\r\n");
     assert_eq!(
@@ -338,13 +253,13 @@ async fn relay_shutdown_halt_and_ownership() {
 
     // HALT: at once.
     let r = start_relay(tmp.path(), "halt", "").await;
-    let mut c = Ctl::auth(&r).await;
+    let mut c = Ctl::auth(r.control, &r.ctx.cfg.data_dir).await;
     assert_eq!(c.cmd("SIGNAL HALT").await, "250 OK\r\n");
     assert!(shutdown_requested(&r).await);
 
     // TAKEOWNERSHIP: the relay stops when the owner's connection closes.
     let r = start_relay(tmp.path(), "owned", "").await;
-    let mut c = Ctl::auth(&r).await;
+    let mut c = Ctl::auth(r.control, &r.ctx.cfg.data_dir).await;
     assert_eq!(c.cmd("TAKEOWNERSHIP").await, "250 OK\r\n");
     assert_eq!(c.cmd("QUIT").await, "250 closing connection\r\n");
     drop(c);

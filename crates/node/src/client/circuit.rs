@@ -49,6 +49,23 @@ pub struct HopTarget {
 }
 
 impl HopTarget {
+    /// A relay running in this process, listening at `addr`, as a client
+    /// with no directory reaches it (in-process networks and tests): ntor,
+    /// fixed windows, optimistic data.
+    pub fn local_relay(ctx: &crate::relay::RelayCtx, addr: SocketAddr) -> HopTarget {
+        HopTarget {
+            nickname: ctx.cfg.nickname.clone(),
+            rsa_id: ctx.rsa_id,
+            ed_id: Some(ctx.ed_id),
+            or_addr: addr,
+            ntor_key: ctx.ntor_keys().first().map(|k| k.public()).unwrap_or_default(),
+            ntor_v3: false,
+            optimistic_data: true,
+            flowctrl_cc: false,
+            params: None,
+        }
+    }
+
     /// The link specifiers that name this relay in EXTEND2 (and in onion
     /// service messages and descriptors).
     pub fn link_specs(&self) -> Vec<LinkSpec> {

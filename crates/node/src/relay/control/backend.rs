@@ -17,105 +17,45 @@ use onionmix_frontend::control::{
 };
 
 use super::{RelayControlNode, bootstrap_phase};
-use crate::control::{bool01, find_relay, ns_value, version};
+use crate::control::{bool01, find_relay, info_names, line_list, ns_value, version};
 use crate::relay::config::RelayConfig;
 
 /// GETINFO keys a relay answers (for `info/names`).
-const INFO_NAMES: &[(&str, &str)] = &[
-    ("version", "The current version of Tor."),
-    ("config-file", "Current location of the \"torrc\" file."),
-    (
-        "config/names",
-        "List of configuration options, types, and documentation.",
-    ),
-    (
-        "info/names",
-        "List of GETINFO options, types, and documentation.",
-    ),
-    (
-        "events/names",
-        "Events that the controller can ask for with SETEVENTS.",
-    ),
-    (
-        "signal/names",
-        "Signal names recognized by the SIGNAL command",
-    ),
-    ("features/names", "What arguments can USEFEATURE take?"),
-    (
-        "process/pid",
-        "Process id belonging to the main tor process.",
-    ),
-    ("uptime", "Uptime of the Tor daemon in seconds."),
-    ("fingerprint", "Get hash of router's identity key."),
-    (
-        "address",
-        "IP address of this Tor host, if we can guess it.",
-    ),
-    ("address/v4", "IPv4 address of this Tor host."),
-    ("net/listeners/or", "Bound addresses by type"),
-    ("net/listeners/dir", "Bound addresses by type"),
-    ("net/listeners/socks", "Bound addresses by type"),
-    ("net/listeners/control", "Bound addresses by type"),
-    (
-        "status/bootstrap-phase",
-        "The last bootstrap phase status event that Tor sent.",
-    ),
-    (
-        "status/circuit-established",
-        "Whether we think client functionality is working.",
-    ),
-    (
-        "status/enough-dir-info",
-        "Whether we have enough up-to-date directory information to build circuits.",
-    ),
-    (
-        "status/good-server-descriptor",
-        "Whether we have a good server descriptor.",
-    ),
-    (
-        "status/accepted-server-descriptor",
-        "Whether we have a server descriptor that has been accepted.",
-    ),
-    (
-        "status/reachability-succeeded/or",
-        "Whether we've confirmed our ORPort is reachable.",
-    ),
-    (
-        "status/reachability-succeeded/dir",
-        "Whether we've confirmed our DirPort is reachable.",
-    ),
-    (
-        "status/reachability-succeeded",
-        "A combination of status/reachability-succeeded/*.",
-    ),
-    (
-        "circuit-status",
-        "List of current circuits originating here.",
-    ),
-    ("stream-status", "List of current streams."),
-    ("orconn-status", "A list of current OR connections."),
-    ("traffic/read", "Bytes read since the process was started."),
-    (
-        "traffic/written",
-        "Bytes written since the process was started.",
-    ),
-    (
-        "ns/id/*",
-        "Brief summary of router status by ID (v3 directory format).",
-    ),
-    (
-        "ns/name/*",
-        "Brief summary of router status by nickname (v3 directory format).",
-    ),
-    (
-        "ns/all",
-        "Brief summary of router status (v3 directory format)",
-    ),
-    (
-        "dormant",
-        "Is Tor dormant (not building circuits because it's idle)?",
-    ),
-    ("accounting/enabled", "Is accounting currently enabled?"),
+const INFO_KEYS: &[&str] = &[
+    "version",
+    "config-file",
+    "config/names",
+    "info/names",
+    "events/names",
+    "signal/names",
+    "features/names",
+    "process/pid",
+    "uptime",
+    "fingerprint",
+    "address",
+    "address/v4",
+    "net/listeners/or",
+    "net/listeners/dir",
+    "net/listeners/socks",
+    "net/listeners/control",
+    "status/bootstrap-phase",
+    "status/circuit-established",
+    "status/enough-dir-info",
+    "status/good-server-descriptor",
+    "status/accepted-server-descriptor",
+    "status/reachability-succeeded/or",
+    "status/reachability-succeeded/dir",
+    "status/reachability-succeeded",
+    "circuit-status",
+    "stream-status",
+    "orconn-status",
+    "traffic/read",
+    "traffic/written",
+    "ns/id/*",
+    "ns/name/*",
+    "ns/all",
+    "dormant",
+    "accounting/enabled",
 ];
 
 /// Options GETCONF/SETCONF know on a relay: (canonical name, type).
@@ -196,11 +136,7 @@ impl RelayBackend {
                 .map(|(n, t)| format!("{n} {t}"))
                 .collect::<Vec<_>>()
                 .join("\n"),
-            "info/names" => INFO_NAMES
-                .iter()
-                .map(|(n, d)| format!("{n} -- {d}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            "info/names" => info_names(INFO_KEYS),
             "process/pid" => std::process::id().to_string(),
             "uptime" => ctx.started.elapsed().as_secs().to_string(),
             "fingerprint" => hex::encode_upper(ctx.rsa_id),
@@ -260,13 +196,7 @@ impl RelayBackend {
             "DataDirectory" => vec![Some(c.data_dir.display().to_string())],
             "ContactInfo" => vec![c.contact.clone()],
             "ExitRelay" => vec![Some(bool01(c.exit))],
-            "ExitPolicy" => {
-                if c.exit_policy.is_empty() {
-                    vec![None]
-                } else {
-                    c.exit_policy.iter().cloned().map(Some).collect()
-                }
-            }
+            "ExitPolicy" => line_list(&c.exit_policy),
             "MyFamily" => {
                 if c.family.is_empty() {
                     vec![None]
@@ -280,17 +210,7 @@ impl RelayBackend {
             "MetricsPort" => vec![c.metrics_port.map(|a| a.to_string())],
             "CookieAuthentication" => vec![Some(bool01(auth.cookie.is_some()))],
             "CookieAuthFile" => vec![auth.cookie_path.clone()],
-            "HashedControlPassword" => {
-                if c.hashed_control_password.is_empty() {
-                    vec![None]
-                } else {
-                    c.hashed_control_password
-                        .iter()
-                        .cloned()
-                        .map(Some)
-                        .collect()
-                }
-            }
+            "HashedControlPassword" => line_list(&c.hashed_control_password),
             "__OwningControllerProcess" => {
                 vec![self.node.owner.owning_pid().map(|p| p.to_string())]
             }

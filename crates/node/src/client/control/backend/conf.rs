@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use onionmix_frontend::control::ConfError;
 
 use super::ClientBackend;
-use crate::control::bool01;
+use crate::control::{bool01, line_list};
 
 /// Options GETCONF/SETCONF know: (canonical name, type for config/names).
 pub(super) const OPTIONS: &[(&str, &str)] = &[
@@ -77,17 +77,7 @@ impl ClientBackend {
             "__OwningControllerProcess" => vec![self.ctx.owner.owning_pid().map(|p| p.to_string())],
             "CookieAuthentication" => vec![Some(bool01(self.ctx.auth.cookie.is_some()))],
             "CookieAuthFile" => vec![self.ctx.auth.cookie_path.clone()],
-            "HashedControlPassword" => {
-                if c.hashed_control_password.is_empty() {
-                    vec![None]
-                } else {
-                    c.hashed_control_password
-                        .iter()
-                        .cloned()
-                        .map(Some)
-                        .collect()
-                }
-            }
+            "HashedControlPassword" => line_list(&c.hashed_control_password),
             "MaxCircuitDirtiness" => vec![Some(c.max_circuit_dirtiness_secs.to_string())],
             "CircuitBuildTimeout" => vec![Some(c.circuit_build_timeout_secs.to_string())],
             "EntryNodes" => vec![join(&c.entry_nodes)],

@@ -11,92 +11,41 @@ use onionmix_netdoc::NetDir;
 
 use super::ClientBackend;
 use super::conf::OPTIONS;
-use crate::control::{bool01, find_relay, ns_value, version};
+use crate::control::{bool01, find_relay, info_names, ns_value, version};
 
-/// GETINFO keys we answer (for `info/names`).
-const INFO_NAMES: &[(&str, &str)] = &[
-    ("version", "The current version of Tor."),
-    ("config-file", "Current location of the \"torrc\" file."),
-    (
-        "config/names",
-        "List of configuration options, types, and documentation.",
-    ),
-    (
-        "info/names",
-        "List of GETINFO options, types, and documentation.",
-    ),
-    (
-        "events/names",
-        "Events that the controller can ask for with SETEVENTS.",
-    ),
-    (
-        "signal/names",
-        "Signal names recognized by the SIGNAL command",
-    ),
-    ("features/names", "What arguments can USEFEATURE take?"),
-    (
-        "process/pid",
-        "Process id belonging to the main tor process.",
-    ),
-    ("uptime", "Uptime of the Tor daemon in seconds."),
-    (
-        "status/bootstrap-phase",
-        "The last bootstrap phase status event that Tor sent.",
-    ),
-    (
-        "status/circuit-established",
-        "Whether we think client functionality is working.",
-    ),
-    (
-        "status/enough-dir-info",
-        "Whether we have enough up-to-date directory information to build circuits.",
-    ),
-    (
-        "circuit-status",
-        "List of current circuits originating here.",
-    ),
-    ("stream-status", "List of current streams."),
-    ("orconn-status", "A list of current OR connections."),
-    ("entry-guards", "Which nodes are we using as entry guards?"),
-    ("net/listeners/socks", "Bound addresses by type"),
-    ("net/listeners/control", "Bound addresses by type"),
-    (
-        "ns/id/*",
-        "Brief summary of router status by ID (v3 directory format).",
-    ),
-    (
-        "ns/name/*",
-        "Brief summary of router status by nickname (v3 directory format).",
-    ),
-    (
-        "ns/all",
-        "Brief summary of router status (v3 directory format)",
-    ),
-    ("md/id/*", "Microdescriptors by ID"),
-    ("md/name/*", "Microdescriptors by name"),
-    (
-        "dormant",
-        "Is Tor dormant (not building circuits because it's idle)?",
-    ),
-    ("traffic/read", "Bytes read since the process was started."),
-    (
-        "traffic/written",
-        "Bytes written since the process was started.",
-    ),
-    (
-        "address",
-        "IP address of this Tor host, if we can guess it.",
-    ),
-    ("fingerprint", "Get hash of router's identity key."),
-    ("accounting/enabled", "Is accounting currently enabled?"),
-    (
-        "onions/current",
-        "Onion services owned by the current control connection.",
-    ),
-    (
-        "onions/detached",
-        "Onion services detached from the control connection.",
-    ),
+/// GETINFO keys the client answers (for `info/names`).
+const INFO_KEYS: &[&str] = &[
+    "version",
+    "config-file",
+    "config/names",
+    "info/names",
+    "events/names",
+    "signal/names",
+    "features/names",
+    "process/pid",
+    "uptime",
+    "status/bootstrap-phase",
+    "status/circuit-established",
+    "status/enough-dir-info",
+    "circuit-status",
+    "stream-status",
+    "orconn-status",
+    "entry-guards",
+    "net/listeners/socks",
+    "net/listeners/control",
+    "ns/id/*",
+    "ns/name/*",
+    "ns/all",
+    "md/id/*",
+    "md/name/*",
+    "dormant",
+    "traffic/read",
+    "traffic/written",
+    "address",
+    "fingerprint",
+    "accounting/enabled",
+    "onions/current",
+    "onions/detached",
 ];
 
 fn md_text(nd: &NetDir, id: &[u8; 20]) -> Option<String> {
@@ -127,11 +76,7 @@ impl ClientBackend {
                 .map(|(n, t)| format!("{n} {t}"))
                 .collect::<Vec<_>>()
                 .join("\n"),
-            "info/names" => INFO_NAMES
-                .iter()
-                .map(|(n, d)| format!("{n} -- {d}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            "info/names" => info_names(INFO_KEYS),
             "process/pid" => std::process::id().to_string(),
             "uptime" => hub.started.elapsed().as_secs().to_string(),
             "status/bootstrap-phase" => hub.bootstrap_phase(),
