@@ -14,6 +14,9 @@
 #   SESSIONS=3 scripts/seed-000.sh              # smoke run
 #   PROFILES="4g" PROTOCOLS="http https" scripts/seed-000.sh
 #   scripts/seed-000.sh report                  # tables again from $OUT
+#   OPTIMISTIC_REPLY=1 scripts/seed-000.sh      # the onionmix client with
+#       socks_optimistic_reply = true (prop 309: SOCKS success at once, the
+#       request travels with BEGIN); write to another OUT
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/seed-000}
@@ -25,6 +28,15 @@ BIN=${BIN:-target/release/onionmix}
 SPECS=docs/experiments/seed-000/specs
 [ -x "$BIN" ] || cargo build --release -p onionmix
 mkdir -p "$OUT"
+if [ "${OPTIMISTIC_REPLY:-0}" = 1 ]; then
+  # The same networks, the onionmix client answering SOCKS CONNECT at once.
+  mkdir -p "$OUT/specs"
+  cp "$SPECS"/tor-seed000-*.toml "$OUT/specs/"
+  for f in "$SPECS"/onionmix-seed000-*.toml; do
+    sed '/^role = "client"$/a config = ["socks_optimistic_reply = true"]' "$f" >"$OUT/specs/$(basename "$f")"
+  done
+  SPECS="$OUT/specs"
+fi
 
 if [ "${1:-}" != report ]; then
   for proto in $PROTOCOLS; do

@@ -1,4 +1,5 @@
-"""Helpers shared by the stem scripts (control_check.py, onion_check.py).
+"""Helpers shared by the stem scripts (control_check.py, relay_check.py,
+onion_check.py, hsfetch_check.py).
 
 The scripts are run by path (`python scripts/stem/<script>.py`), so this
 directory is first on sys.path and `import common` finds this file.
@@ -7,6 +8,36 @@ directory is first on sys.path and `import common` finds this file.
 import ipaddress
 import socket
 import struct
+
+import stem
+import stem.connection
+from stem.control import Controller
+
+
+def auth_checks(host, port, password):
+    """Each way to authenticate on its own connection: PROTOCOLINFO's
+    methods, SAFECOOKIE, COOKIE, the password, a wrong password refused.
+    A dict of the results."""
+    r = {}
+    with Controller.from_port(address=host, port=port) as c:
+        pi = stem.connection.get_protocolinfo(c)
+        r["auth_methods"] = sorted(m for m in pi.auth_methods)
+        stem.connection.authenticate_safecookie(c, pi.cookie_path)
+        r["auth_safecookie"] = c.get_info("version") != ""
+    with Controller.from_port(address=host, port=port) as c:
+        pi = stem.connection.get_protocolinfo(c)
+        stem.connection.authenticate_cookie(c, pi.cookie_path)
+        r["auth_cookie"] = c.get_info("version") != ""
+    with Controller.from_port(address=host, port=port) as c:
+        stem.connection.authenticate_password(c, password)
+        r["auth_password"] = c.get_info("version") != ""
+    with Controller.from_port(address=host, port=port) as c:
+        try:
+            stem.connection.authenticate_password(c, password + "x")
+            r["auth_bad_password_refused"] = False
+        except stem.connection.PasswordAuthFailed:
+            r["auth_bad_password_refused"] = True
+    return r
 
 
 def _socks_address(host):

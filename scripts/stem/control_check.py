@@ -6,8 +6,9 @@ test (crates/cli/tests/control_interop.rs) compares the two reports.
 
 Checks: cookie (SAFECOOKIE and COOKIE) and password authentication,
 bootstrap status, circuit-status, CIRC and STREAM events during a verified
-download, new_circuit with a chosen path, ATTACHSTREAM with
-__LeaveStreamsUnattached, NEWNYM (new streams on new circuits, and a
+download, new_circuit with a chosen path, extend_circuit adding the exit
+to a built two-hop circuit (and EXTENDCIRCUIT's errors), ATTACHSTREAM to
+that circuit with __LeaveStreamsUnattached, NEWNYM (new streams on new circuits, and a
 different exit when the network has two), CLOSECIRCUIT, BW events.
 """
 
@@ -21,7 +22,6 @@ import threading
 import time
 
 import stem
-import stem.connection
 from stem import CircStatus, Signal, StreamStatus
 from stem.control import Controller, EventType, Listener
 
@@ -127,25 +127,7 @@ def main():
     r = {}
 
     # Authentication, each method on its own connection.
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        pi = stem.connection.get_protocolinfo(c)
-        methods = sorted(m for m in pi.auth_methods)
-        r["auth_methods"] = methods
-        stem.connection.authenticate_safecookie(c, pi.cookie_path)
-        r["auth_safecookie"] = c.get_info("status/circuit-established") in ("0", "1")
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        pi = stem.connection.get_protocolinfo(c)
-        stem.connection.authenticate_cookie(c, pi.cookie_path)
-        r["auth_cookie"] = c.get_info("version") != ""
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        stem.connection.authenticate_password(c, a.password)
-        r["auth_password"] = c.get_info("version") != ""
-    with Controller.from_port(address=chost, port=int(cport)) as c:
-        try:
-            stem.connection.authenticate_password(c, a.password + "x")
-            r["auth_bad_password_refused"] = False
-        except stem.connection.PasswordAuthFailed:
-            r["auth_bad_password_refused"] = True
+    r.update(common.auth_checks(chost, int(cport), a.password))
 
     with Controller.from_port(address=chost, port=int(cport)) as c:
         c.authenticate(password=a.password)
@@ -187,14 +169,32 @@ def main():
         seen = [e.status for e in ev.drain() if e.type == "CIRC" and e.id == cid]
         r["circ_events"] = [k for k in ("LAUNCHED", "EXTENDED", "BUILT") if k in seen]
 
-        # A stream attached to that circuit by the controller.
+        # EXTENDCIRCUIT on a built circuit: guard and middle first, then
+        # the exit added to the same circuit.
+        short = c.new_circuit(path[:2], await_build=True, timeout=90)
+        sc = c.get_circuit(short)
+        r["short_circuit_built"] = [fp for fp, _ in sc.path] == path[:2] and sc.status == CircStatus.BUILT
+        ev.drain()
+        ev.seen.clear()
+        ext = c.extend_circuit(short, [path[2]], await_build=True, timeout=90)
+        sc = c.get_circuit(short)
+        r["extend_same_id"] = ext == short
+        r["extended_path"] = [fp for fp, _ in sc.path] == path and sc.status == CircStatus.BUILT
+        r["extend_events"] = [
+            [e.status, len(e.path)] for e in ev.drain() if e.type == "CIRC" and e.id == short
+        ]
+        r["extend_unknown"] = str(c.msg("EXTENDCIRCUIT 987654 $%s" % path[2]))
+        r["extend_no_path"] = str(c.msg("EXTENDCIRCUIT %s" % short))
+        r["extend_bad_router"] = str(c.msg("EXTENDCIRCUIT %s $%s" % (short, "AB" * 20)))
+
+        # A stream attached by the controller to the extended circuit.
         c.set_conf("__LeaveStreamsUnattached", "1")
         attached = {}
 
         def attach(e):
             if e.type == "STREAM" and e.status == StreamStatus.NEW and e.target == target:
                 try:
-                    c.attach_stream(e.id, cid)
+                    c.attach_stream(e.id, short)
                     attached["ok"] = True
                 except Exception as exc:  # noqa: BLE001 - reported in the result
                     attached["err"] = str(exc)
@@ -206,7 +206,7 @@ def main():
         c.remove_event_listener(attach)
         c.reset_conf("__LeaveStreamsUnattached")
         r["attach_ok"] = attached.get("ok", False)
-        r["attached_to_chosen"] = stream_circuit(ev, target) == cid
+        r["attached_to_chosen"] = stream_circuit(ev, target) == short
         r["leave_unattached_reset"] = c.get_conf("__LeaveStreamsUnattached") == "0"
 
         # NEWNYM: the next stream gets a new circuit; with two exits, a
@@ -217,6 +217,7 @@ def main():
         r["close_circuit_event"] = ev.wait_for(
             lambda e: e.type == "CIRC" and e.id == cid and e.status == CircStatus.CLOSED, 30
         ) is not None
+        c.close_circuit(short)
         used = {circ_a}
         last_exit = c.get_circuit(circ_a).path[-1][0] if circ_a and c.get_circuit(circ_a, None) else None
         r["newnym_new_circuits"] = True

@@ -1,7 +1,9 @@
 //! The control port with real controllers: the same stem script against the
 //! onionmix client and a stock tor client in one network (onionmix-basic's
-//! relays, two exits, both clients), and a Bine program against the
-//! onionmix client (authenticate, read circuit-status, dial through SOCKS).
+//! relays, two exits, both clients), a Bine program against the onionmix
+//! client (authenticate, read circuit-status, dial through SOCKS), and one
+//! stem script against an onionmix relay, a stock tor relay and an
+//! onionmix authority in one network.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common_net;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use common_net::{CONTROL_PASSWORD, control_spec, node_addr as addr, run_json};
 use onionmix_testbed::netinfo::NodeInfo;
-use onionmix_testbed::spec::Implementation;
+use onionmix_testbed::spec::{Implementation, Role, Spec};
 use onionmix_testsupport as ts;
 
 fn stem_report(py: &Path, client: &NodeInfo, sink: &str) -> serde_json::Value {
@@ -66,6 +68,9 @@ const STEM_TRUE: &[&str] = &[
     "bw_events",
     "stream_status_parses",
     "chosen_path_built",
+    "short_circuit_built",
+    "extend_same_id",
+    "extended_path",
     "attach_ok",
     "attached_download_ok",
     "attached_to_chosen",
@@ -158,6 +163,15 @@ fn stem_and_bine_drive_both_clients() {
                 serde_json::json!(["LAUNCHED", "EXTENDED", "BUILT"]),
                 "{r}"
             );
+            // The exit added to a built two-hop circuit: EXTENDED with
+            // the three hops, then BUILT again.
+            assert_eq!(
+                r["extend_events"],
+                serde_json::json!([["EXTENDED", 3], ["BUILT", 3]]),
+                "{r}"
+            );
+            assert_eq!(r["extend_unknown"], "Unknown circuit \"987654\"", "{r}");
+            assert_eq!(r["extend_no_path"], "syntax error: path required.", "{r}");
         }
         // Same results, except whether and when NEWNYM moved the stream to
         // the other exit: ours avoids the previous exit at the first
@@ -178,5 +192,154 @@ fn stem_and_bine_drive_both_clients() {
             b["newnym_exit_changed"], b["newnym_attempts"]
         );
     }
+    drop(net);
+}
+
+fn relay_report(py: &Path, node: &NodeInfo) -> serde_json::Value {
+    let mut cmd = Command::new(py);
+    cmd.arg(ts::repo_root().join("scripts/stem/relay_check.py"))
+        .args(["--control", &addr(node, node.control_port)])
+        .args(["--password", CONTROL_PASSWORD])
+        .args([
+            "--fingerprint",
+            node.fingerprint.as_deref().expect("fingerprint"),
+        ])
+        .args(["--nickname", &node.name])
+        .args(["--orport", &addr(node, node.or_port)])
+        .args(["--pid", &node.pid.to_string()]);
+    run_json(
+        cmd,
+        &format!("stem against {}", node.name),
+        Duration::from_secs(600),
+    )
+}
+
+/// Every check the relay script makes.
+const RELAY_TRUE: &[&str] = &[
+    "auth_safecookie",
+    "auth_cookie",
+    "auth_password",
+    "auth_bad_password_refused",
+    "version_parses",
+    "fingerprint_matches",
+    "pid_matches",
+    "config_file_exists",
+    "or_listener",
+    "control_listener",
+    "uptime_parses",
+    "bootstrap_done",
+    "ns_self",
+    "ns_self_running",
+    "ns_all_lists_self",
+    "conf_nickname",
+    "conf_orport_has_port",
+    "owner_set",
+    "owner_reset",
+    "unknown_key_refused",
+    "unknown_option_refused",
+    "traffic_parses",
+    "orconn_status_parses",
+    "circuit_status_parses",
+    "bw_events",
+    "heartbeat_event",
+    "reload_event",
+    "still_answers",
+];
+
+/// onionmix authorities, relays and exits with one stock tor relay, every
+/// relay's control port accepting [`CONTROL_PASSWORD`] besides the cookie.
+fn relay_spec() -> Spec {
+    let hash = onionmix_frontend::control::auth::HashedPassword::new(
+        CONTROL_PASSWORD.as_bytes(),
+        [0x5a; 8],
+    )
+    .to_string();
+    let pw = format!("config = ['hashed_control_password = [\"{hash}\"]']");
+    let text = format!(
+        r#"
+name = "relay-control"
+description = "onionmix authorities, relays and exits and a stock tor relay, all with control ports"
+bootstrap_timeout_secs = 300
+
+[[nodes]]
+impl = "onionmix"
+role = "authority"
+count = 3
+{pw}
+
+[[nodes]]
+impl = "onionmix"
+role = "relay"
+count = 2
+{pw}
+
+[[nodes]]
+impl = "tor"
+role = "relay"
+count = 1
+torrc = ["HashedControlPassword {hash}"]
+
+[[nodes]]
+impl = "onionmix"
+role = "exit"
+count = 2
+{pw}
+"#
+    );
+    Spec::parse("relay-control", &text).expect("spec")
+}
+
+#[test]
+fn stem_drives_both_relays() {
+    let _g = ts::serial();
+    let stem = ts::stem_python_check();
+    let have_tor = ts::tor_check();
+    if !ts::require_or_skip(
+        "stem_drives_both_relays",
+        stem.clone().map(|_| ()).and(have_tor),
+    ) {
+        return;
+    }
+    let py = stem.unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common_net::start_spec(&relay_spec(), dir.path());
+    let info = net.info().clone();
+    let find = |imp: Implementation, role: Role| {
+        info.nodes
+            .iter()
+            .find(|n| n.implementation == imp && n.has_role(role))
+            .expect("node")
+            .clone()
+    };
+    let ours = find(Implementation::Onionmix, Role::Relay);
+    let stock = find(Implementation::Tor, Role::Relay);
+    let authority = find(Implementation::Onionmix, Role::Authority);
+    let a = relay_report(&py, &ours);
+    eprintln!("stem against the onionmix relay: {a}");
+    let b = relay_report(&py, &stock);
+    eprintln!("stem against the stock tor relay: {b}");
+    let c = relay_report(&py, &authority);
+    eprintln!("stem against the onionmix authority: {c}");
+    for r in [&a, &b, &c] {
+        for k in RELAY_TRUE {
+            assert_eq!(r[*k], true, "{k} in {r}");
+        }
+        assert_eq!(
+            r["auth_methods"],
+            serde_json::json!(["Cookie", "Password", "Safecookie"]),
+            "{r}"
+        );
+        for k in [
+            "enough_dir_info",
+            "good_server_descriptor",
+            "accepted_server_descriptor",
+            "reachable_or",
+        ] {
+            assert_eq!(r[k], "1", "{k} in {r}");
+        }
+        assert_eq!(r["conf_socksport"], "0", "{r}");
+    }
+    // The same answers from our relay and stock tor's.
+    assert_eq!(a, b);
     drop(net);
 }

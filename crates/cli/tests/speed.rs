@@ -55,17 +55,7 @@ async fn start_relay(
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let target = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        params: None,
-    };
+    let target = HopTarget::local_relay(&ctx, addr);
     (ctx, target)
 }
 
@@ -464,7 +454,7 @@ async fn hung_hop_times_out_at_the_learned_bound() {
         .await
         .expect("a circuit on the second path");
     assert!(t0.elapsed() < Duration::from_secs(30));
-    assert_eq!(c.path[1].nickname, "middle");
+    assert_eq!(c.path()[1].nickname, "middle");
     assert_eq!(picks.load(Ordering::Relaxed), 2);
     assert_eq!(cbt.counters.timeouts.load(Ordering::Relaxed), 2);
     assert_eq!(mgr.counters().on_demand.load(Ordering::Relaxed), 1);

@@ -24,9 +24,9 @@ impl CircuitInfo {
     pub(crate) fn of(c: &Arc<Circuit>) -> Self {
         CircuitInfo {
             circ: Arc::downgrade(c),
-            path: c.path.iter().map(|h| h.nickname.clone()).collect(),
+            path: c.path().iter().map(|h| h.nickname.clone()).collect(),
             fingerprints: c
-                .path
+                .path()
                 .iter()
                 .map(|h| {
                     h.rsa_id

@@ -6,6 +6,7 @@ pub mod admission;
 pub mod authority;
 pub mod client;
 pub mod clock;
+pub mod control;
 pub mod gate;
 pub mod glue;
 pub mod memory;

@@ -142,8 +142,8 @@ pub fn client_text(h: &ControlHub) -> String {
         "counter",
         "Control connections refused at the limit or dropped for a full event queue.",
         &[
-            ("reason=\"limit\"", l(&c.control_refused)),
-            ("reason=\"event_queue_full\"", l(&c.control_overflow)),
+            ("reason=\"limit\"", l(&h.bus.refused)),
+            ("reason=\"event_queue_full\"", l(&h.bus.overflow)),
         ],
     );
     metric(

@@ -34,15 +34,10 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
     let target = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
         ntor_v3: true,
-        optimistic_data: true,
         flowctrl_cc: true,
         params: Some(Arc::new(CcParams::default())),
+        ..HopTarget::local_relay(&ctx, addr)
     };
     (ctx, target)
 }
@@ -128,7 +123,7 @@ async fn congestion_control_negotiated_and_transfers_verified_both_ways() {
     let (exit_ctx, circ, mgr) = three_hops(tmp.path()).await;
     let target = start_target().await;
     assert_eq!(
-        circ.cc_sendme_inc,
+        circ.cc_sendme_inc(),
         Some(31),
         "the exit agreed to congestion control"
     );
@@ -244,7 +239,7 @@ async fn an_exit_whose_consensus_disables_cc_keeps_fixed_windows() {
     let circ = circuit::build(chan, vec![guard, middle, exit], Duration::from_secs(30))
         .await
         .unwrap();
-    assert_eq!(circ.cc_sendme_inc, None);
+    assert_eq!(circ.cc_sendme_inc(), None);
     assert_eq!(exit_ctx.stats.cc_circuits.load(Relaxed), 0);
     let n = 3 * 1024 * 1024;
     let mut s = open(&circ, target).await;

@@ -7,14 +7,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod common;
+
+use common::control::{Ctl, T};
 use onionmix_node::client::Client;
 use onionmix_node::client::config::ClientConfig;
 use onionmix_testsupport::ports::free_port;
 
-const T: Duration = Duration::from_secs(20);
 
 struct Fixture {
     client: Client,
@@ -53,74 +55,6 @@ or_addr = "127.0.0.1:{dead}"
         metrics: client.metrics_addr.unwrap(),
         client,
         dir,
-    }
-}
-
-struct Ctl {
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    w: tokio::net::tcp::OwnedWriteHalf,
-}
-
-impl Ctl {
-    async fn connect(a: SocketAddr) -> Ctl {
-        let s = TcpStream::connect(a).await.unwrap();
-        let (r, w) = s.into_split();
-        Ctl {
-            r: BufReader::new(r),
-            w,
-        }
-    }
-    async fn send(&mut self, b: &[u8]) {
-        self.w.write_all(b).await.unwrap();
-    }
-    /// One whole reply (through its end line), as text.
-    async fn reply(&mut self) -> String {
-        let mut out = String::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(T, self.r.read_line(&mut line))
-                .await
-                .unwrap()
-                .unwrap();
-            assert!(n > 0, "connection closed; so far: {out:?}");
-            out.push_str(&line);
-            if line.as_bytes().get(3) == Some(&b'+') {
-                loop {
-                    let mut d = String::new();
-                    tokio::time::timeout(T, self.r.read_line(&mut d))
-                        .await
-                        .unwrap()
-                        .unwrap();
-                    out.push_str(&d);
-                    if d == ".\r\n" {
-                        break;
-                    }
-                }
-            } else if line.as_bytes().get(3) == Some(&b' ') {
-                return out;
-            }
-        }
-    }
-    async fn cmd(&mut self, c: &str) -> String {
-        self.send(format!("{c}\r\n").as_bytes()).await;
-        self.reply().await
-    }
-    async fn closed(&mut self) -> bool {
-        let mut b = [0u8; 64];
-        matches!(
-            tokio::time::timeout(T, self.r.read(&mut b)).await,
-            Ok(Ok(0)) | Ok(Err(_))
-        )
-    }
-    async fn auth(a: SocketAddr, dir: &std::path::Path) -> Ctl {
-        let cookie = std::fs::read(dir.join("control_auth_cookie")).unwrap();
-        let mut c = Ctl::connect(a).await;
-        assert_eq!(
-            c.cmd(&format!("AUTHENTICATE {}", hex::encode(cookie)))
-                .await,
-            "250 OK\r\n"
-        );
-        c
     }
 }
 
@@ -169,7 +103,7 @@ async fn authentication_and_replies_like_tor() {
         format!(
             "250-PROTOCOLINFO 1\r\n250-AUTH METHODS=COOKIE,SAFECOOKIE COOKIEFILE=\"{}\"\r\n250-VERSION Tor=\"{}\"\r\n250 OK\r\n",
             canon.display(),
-            onionmix_node::client::control::backend::version()
+            onionmix_node::control::version()
         )
     );
     assert_eq!(
@@ -197,7 +131,7 @@ async fn authentication_and_replies_like_tor() {
         r,
         format!(
             "250-version={}\r\n250-status/circuit-established=0\r\n250-net/listeners/socks=\"{}\"\r\n250-dormant=0\r\n250 OK\r\n",
-            onionmix_node::client::control::backend::version(),
+            onionmix_node::control::version(),
             f.client.socks_addr
         )
     );
@@ -347,6 +281,40 @@ async fn bad_input_and_floods_leave_socks_serving() {
         r.is_err() || got.is_empty() || got == "500 Command too long.\r\n",
         "{got:?}"
     );
+    // Bad arguments after authenticating: an error for each, the
+    // connection stays and answers the next command.
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    for (bad, want) in [
+        ("SETCONF SocksPort=\"9050", "512 Bad arguments to SETCONF: "),
+        (
+            "SETCONF DisableNetwork=\"\\q\"",
+            "512 Bad arguments to SETCONF: ",
+        ),
+        (
+            "GETCONF \"DisableNetwork\"",
+            "552 Unrecognized configuration key ",
+        ),
+        ("SETEVENTS CIRC NOSUCH", "552 Unrecognized event \"NOSUCH\""),
+        ("SIGNAL", "512 "),
+        ("SIGNAL NOSUCH", "552 Unrecognized signal code \"NOSUCH\""),
+        ("ATTACHSTREAM", "512 "),
+        ("EXTENDCIRCUIT 7", "552 Unknown circuit \"7\""),
+        ("EXTENDCIRCUIT 0 $00 purpose=\"x", "512 "),
+        ("CLOSESTREAM 1", "512 "),
+        ("ADD_ONION NEW:BEST Port=\"80", "512 "),
+    ] {
+        let r = c.cmd(bad).await;
+        assert!(r.starts_with(want), "{bad:?} -> {r:?}");
+    }
+    // Bytes that are not UTF-8, a NUL, a bare CR: answered, not fatal.
+    c.send(b"GETINFO \xff\xfe\x00x\r\n").await;
+    assert!(c.reply().await.starts_with("552 Unrecognized key "));
+    c.send(b"GETINFO\rversion\r\n").await;
+    assert!(c.reply().await.ends_with("\r\n"));
+    assert_eq!(
+        c.cmd("GETINFO traffic/read").await,
+        "250-traffic/read=0\r\n250 OK\r\n"
+    );
     // A flood of pipelined commands on one connection: every one answered,
     // in order.
     let mut c = Ctl::auth(f.control, f.dir.path()).await;
@@ -390,8 +358,8 @@ async fn bad_input_and_floods_leave_socks_serving() {
     let refused = f
         .client
         .hub
-        .counters
-        .control_refused
+        .bus
+        .refused
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(refused > 0, "the connection limit never applied");
     assert!(socks_answers(&f.client).await);

@@ -139,16 +139,6 @@ async fn broken_responders_fail_cleanly() {
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let good = HopTarget {
-        nickname: "good".into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        params: None,
-    };
+    let good = HopTarget::local_relay(&ctx, addr);
     mgr.get(&good).await.expect("good relay after broken ones");
 }

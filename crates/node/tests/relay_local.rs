@@ -30,17 +30,7 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let target = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        params: None,
-    };
+    let target = HopTarget::local_relay(&ctx, addr);
     (ctx, target)
 }
 
@@ -341,17 +331,7 @@ async fn per_peer_circuit_limit_spares_other_clients() {
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let hop = HopTarget {
-        nickname: "limited".into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        params: None,
-    };
+    let hop = HopTarget::local_relay(&ctx, addr);
     let target = start_target().await;
 
     // The flooder: its own connection, circuits until refused.

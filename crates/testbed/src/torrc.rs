@@ -161,7 +161,7 @@ pub struct TorNode<'a> {
     pub dir_port: Option<u16>,
     /// SOCKS port (clients).
     pub socks_port: Option<u16>,
-    /// Control port (cookie authentication), clients only.
+    /// Control port (cookie authentication): clients, relays, authorities.
     pub control_port: Option<u16>,
     /// resolv.conf for exits.
     pub resolv_conf: Option<&'a Path>,

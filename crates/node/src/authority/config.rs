@@ -81,6 +81,44 @@ pub struct AuthorityConfig {
     /// `testing_vote_hsdir` (tor's `TestingDirAuthVoteHSDirIsStrict`).
     #[serde(default)]
     pub testing_vote_hsdir_is_strict: bool,
+    /// Control port, as a relay's (`docs/relay.md`): the relay commands
+    /// and GETINFO keys, answered by the embedded relay.
+    #[serde(default)]
+    pub control_port: Option<SocketAddr>,
+    /// Control port on a unix socket (mode 0600).
+    #[serde(default)]
+    pub control_socket: Option<PathBuf>,
+    /// Cookie authentication; default: on unless a password is set.
+    #[serde(default)]
+    pub cookie_authentication: Option<bool>,
+    /// Where the cookie goes (default `<data_dir>/control_auth_cookie`).
+    #[serde(default)]
+    pub cookie_auth_file: Option<PathBuf>,
+    /// Accepted control passwords, hashed (`onionmix hash-password`).
+    #[serde(default)]
+    pub hashed_control_password: Vec<String>,
+    /// Most simultaneous control connections.
+    #[serde(default = "default_max_control")]
+    pub max_control_connections: usize,
+    /// Allow the control port on a non-loopback address.
+    #[serde(default)]
+    pub allow_public_control: bool,
+    /// Exit when this process is gone (`__OwningControllerProcess`).
+    #[serde(default)]
+    pub owning_controller_process: Option<u32>,
+    /// After `SIGNAL SHUTDOWN`, seconds before exiting (default 30).
+    #[serde(default = "default_shutdown_wait")]
+    pub shutdown_wait_secs: u64,
+    /// The file this was loaded from.
+    #[serde(skip)]
+    pub config_path: Option<PathBuf>,
+}
+
+fn default_max_control() -> usize {
+    64
+}
+fn default_shutdown_wait() -> u64 {
+    30
 }
 
 fn yes() -> bool {
@@ -111,7 +149,9 @@ impl AuthorityConfig {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let mut c = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.config_path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()));
+        Ok(c)
     }
 
     /// Parse and validate.
@@ -169,7 +209,20 @@ impl AuthorityConfig {
                 a.nickname, a.v3ident, a.fingerprint, a.dir_addr, a.or_addr
             ));
         }
-        RelayConfig::parse(&s)
+        let mut r = RelayConfig::parse(&s)?;
+        r.control_port = self.control_port;
+        r.control_socket = self.control_socket.clone();
+        r.cookie_authentication = self.cookie_authentication;
+        r.cookie_auth_file = self.cookie_auth_file.clone();
+        r.hashed_control_password = self.hashed_control_password.clone();
+        r.max_control_connections = self.max_control_connections;
+        r.allow_public_control = self.allow_public_control;
+        r.owning_controller_process = self.owning_controller_process;
+        r.shutdown_wait_secs = self.shutdown_wait_secs;
+        r.config_path = self.config_path.clone();
+        r.config_is_authority = true;
+        r.control_settings().check(r.allow_public_control)?;
+        Ok(r)
     }
 }
 /// Load the authority keys from `<data_dir>/keys`, generating them (and

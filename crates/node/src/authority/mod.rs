@@ -300,7 +300,10 @@ pub async fn run(cfg: AuthorityConfig) -> Result<(), String> {
     tokio::spawn(auth.clone().voting_loop());
     tokio::spawn(auth.clone().reachability_loop());
     tokio::spawn(crate::relay::publish::publish_loop(ctx.clone()));
-    crate::client::wait_for_shutdown().await;
+    // The consensus as relays fetch it (parameters, and `ns/*` on the
+    // control port).
+    tokio::spawn(crate::relay::netparams::netparams_loop(ctx.clone()));
+    crate::relay::control::wait_for_shutdown(&ctx).await;
     info!("shutting down");
     Ok(())
 }

@@ -240,7 +240,7 @@ impl CircMgr {
     }
 
     fn exit_allows(&self, c: &Circuit, port: Option<u16>) -> bool {
-        match (port, c.path.last()) {
+        match (port, c.path().last()) {
             (Some(p), Some(exit)) => (self.inner.exit_ok)(&exit.rsa_id, p),
             (None, _) => true,
             _ => false,
@@ -266,7 +266,7 @@ impl CircMgr {
         let i = st
             .clean
             .iter()
-            .position(|c| self.exit_allows(&c.circ, port))?;
+            .position(|c| !c.circ.is_extending() && self.exit_allows(&c.circ, port))?;
         let c = st.clean.swap_remove(i).circ;
         if let Some(pool) = st.pools.get_mut(key) {
             pool.circs.retain(|c| !c.is_closed());
@@ -346,7 +346,10 @@ impl CircMgr {
         if let Some(c) = self.wait_for_clean(key, port).await {
             return Ok(c);
         }
-        let c = Arc::new(self.build_with_retries(Purpose::Exit(port)).await?);
+        let c = self
+            .build_with_retries(Purpose::Exit(port))
+            .await?
+            .into_shared();
         self.inner
             .counters
             .on_demand
@@ -638,7 +641,7 @@ impl CircMgr {
             .values()
             .flat_map(|p| p.circs.iter())
             .filter(|c| !c.is_closed())
-            .map(|c| c.path.iter().map(|h| h.nickname.clone()).collect())
+            .map(|c| c.path().iter().map(|h| h.nickname.clone()).collect())
             .collect()
     }
 
@@ -648,7 +651,7 @@ impl CircMgr {
         st.clean
             .iter()
             .filter(|c| !c.circ.is_closed())
-            .map(|c| c.circ.path.iter().map(|h| h.nickname.clone()).collect())
+            .map(|c| c.circ.path().iter().map(|h| h.nickname.clone()).collect())
             .collect()
     }
 
@@ -663,7 +666,7 @@ impl CircMgr {
         st.clean.retain(|c| {
             !c.circ.is_closed()
                 && c.circ
-                    .path
+                    .path()
                     .last()
                     .is_none_or(|h| !old_exits.contains(&h.rsa_id))
         });

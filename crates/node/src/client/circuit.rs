@@ -1,7 +1,8 @@
 //! Building circuits hop by hop, and the handle streams use.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
@@ -48,6 +49,23 @@ pub struct HopTarget {
 }
 
 impl HopTarget {
+    /// A relay running in this process, listening at `addr`, as a client
+    /// with no directory reaches it (in-process networks and tests): ntor,
+    /// fixed windows, optimistic data.
+    pub fn local_relay(ctx: &crate::relay::RelayCtx, addr: SocketAddr) -> HopTarget {
+        HopTarget {
+            nickname: ctx.cfg.nickname.clone(),
+            rsa_id: ctx.rsa_id,
+            ed_id: Some(ctx.ed_id),
+            or_addr: addr,
+            ntor_key: ctx.ntor_keys().first().map(|k| k.public()).unwrap_or_default(),
+            ntor_v3: false,
+            optimistic_data: true,
+            flowctrl_cc: false,
+            params: None,
+        }
+    }
+
     /// The link specifiers that name this relay in EXTEND2 (and in onion
     /// service messages and descriptors).
     pub fn link_specs(&self) -> Vec<LinkSpec> {
@@ -104,6 +122,19 @@ pub enum BuildError {
     EmptyPath,
 }
 
+/// What a circuit's hops are. A controller's EXTENDCIRCUIT may add hops
+/// to a built circuit that others share, hence behind a lock.
+#[derive(Debug)]
+struct Hops {
+    /// The relays, first hop first.
+    path: Arc<Vec<HopTarget>>,
+    /// The SENDME increment, when the last hop agreed to congestion
+    /// control.
+    cc_sendme_inc: Option<u8>,
+    /// The last hop's handshake `KH`.
+    last_hop_kh: [u8; 20],
+}
+
 /// An open circuit. Dropping the last reference destroys it.
 #[derive(Debug)]
 pub struct Circuit {
@@ -113,26 +144,52 @@ pub struct Circuit {
     pub circ_id: u32,
     /// Circuit-level send credits.
     pub credits: Arc<Semaphore>,
-    /// The relays, first hop first.
-    pub path: Vec<HopTarget>,
     /// When it finished building.
     pub built_at: Instant,
     /// How long the build took.
     pub build_time: Duration,
     /// The id the control port knows it by (0: not tracked).
     pub ctl_id: u64,
-    /// The SENDME increment, when the exit agreed to congestion control.
-    pub cc_sendme_inc: Option<u8>,
-    /// The last hop's handshake `KH` (onion services bind ESTABLISH_INTRO
-    /// to it).
-    pub last_hop_kh: [u8; 20],
+    hops: Mutex<Hops>,
+    /// Set while a controller's EXTENDCIRCUIT adds hops: no new streams.
+    extending: AtomicBool,
     first_used: Mutex<Option<Instant>>,
 }
 
 impl Circuit {
+    fn hops(&self) -> MutexGuard<'_, Hops> {
+        self.hops.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// The relays, first hop first (the last one is where streams go).
+    pub fn path(&self) -> Arc<Vec<HopTarget>> {
+        self.hops().path.clone()
+    }
+    /// The SENDME increment, when the last hop agreed to congestion
+    /// control.
+    pub fn cc_sendme_inc(&self) -> Option<u8> {
+        self.hops().cc_sendme_inc
+    }
+    /// The last hop's handshake `KH` (onion services bind ESTABLISH_INTRO
+    /// to it).
+    pub fn last_hop_kh(&self) -> [u8; 20] {
+        self.hops().last_hop_kh
+    }
+    /// Whether a controller is adding hops to it now.
+    pub fn is_extending(&self) -> bool {
+        self.extending.load(Ordering::Relaxed)
+    }
+    /// Share a built circuit, and let the control port reach it
+    /// (EXTENDCIRCUIT, ATTACHSTREAM, CLOSECIRCUIT on its id).
+    pub fn into_shared(self) -> Arc<Circuit> {
+        let c = Arc::new(self);
+        if let Some(h) = &c.chan.hub {
+            h.circ_handle(&c, false);
+        }
+        c
+    }
     /// Whether the circuit can still take streams.
     pub fn is_usable(&self, max_dirtiness: Duration) -> bool {
-        if self.chan.is_closed() || self.credits.is_closed() {
+        if self.chan.is_closed() || self.credits.is_closed() || self.is_extending() {
             return false;
         }
         match *self.first_used.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -160,7 +217,7 @@ impl Circuit {
 
     /// Whether the exit takes stream data before CONNECTED.
     pub fn exit_supports_optimistic_data(&self) -> bool {
-        self.path.last().is_some_and(|h| h.optimistic_data)
+        self.hops().path.last().is_some_and(|h| h.optimistic_data)
     }
 
     /// The circuit's congestion-control state and flow counters (None if
@@ -287,18 +344,22 @@ async fn build_launched_with_progress(
                 c.credits.clone(),
                 c.build_time,
             ),
-            Err(e) => h.circ_failed(
-                ctl_id,
-                match e {
-                    BuildError::Timeout(_) | BuildError::Slow { .. } => "TIMEOUT",
-                    BuildError::Channel { .. } => "CONNECTFAILED",
-                    BuildError::Hop { .. } => "DESTROYED",
-                    BuildError::EmptyPath => "NOPATH",
-                },
-            ),
+            Err(e) => h.circ_failed(ctl_id, e.circ_reason()),
         }
     }
     res
+}
+
+impl BuildError {
+    /// The REASON a CIRC FAILED event gives for it.
+    pub fn circ_reason(&self) -> &'static str {
+        match self {
+            BuildError::Timeout(_) | BuildError::Slow { .. } => "TIMEOUT",
+            BuildError::Channel { .. } => "CONNECTFAILED",
+            BuildError::Hop { .. } => "DESTROYED",
+            BuildError::EmptyPath => "NOPATH",
+        }
+    }
 }
 
 async fn build_inner(
@@ -312,7 +373,7 @@ async fn build_inner(
     let hub = chan.hub.clone();
     let report = |done: usize| {
         if let Some(h) = &hub {
-            h.circ_extended(ctl_id, &path, done, done == path.len());
+            h.circ_extended(ctl_id, &path, done);
         }
         on_hop(done);
     };
@@ -388,12 +449,15 @@ async fn build_inner(
         chan,
         circ_id,
         credits,
-        path,
         built_at: Instant::now(),
         build_time,
         ctl_id,
-        cc_sendme_inc,
-        last_hop_kh,
+        hops: Mutex::new(Hops {
+            path: Arc::new(path),
+            cc_sendme_inc,
+            last_hop_kh,
+        }),
+        extending: AtomicBool::new(false),
         first_used: Mutex::new(None),
     })
 }
@@ -407,17 +471,100 @@ pub async fn extend_circuit(
     hop: HopTarget,
     timeout: Duration,
 ) -> Result<Circuit, BuildError> {
-    let i = c.path.len();
+    let i = c.path().len();
     let params = hop.params.clone().unwrap_or_default();
     let (chan, circ_id) = (c.chan.clone(), c.circ_id);
     let fut = extend_hop(&chan, circ_id, i, &hop, false, &params);
     let (kh, _) = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| BuildError::Timeout(timeout))??;
-    c.path.push(hop);
-    c.last_hop_kh = kh;
-    c.cc_sendme_inc = None;
+    let h = c.hops.get_mut().unwrap_or_else(|e| e.into_inner());
+    Arc::make_mut(&mut h.path).push(hop);
+    h.last_hop_kh = kh;
+    h.cc_sendme_inc = None;
     Ok(c)
+}
+
+/// Add `new` hops to a built circuit that others may hold (a
+/// controller's EXTENDCIRCUIT on an existing circuit, control-spec §3.10):
+/// one EXTEND2 per hop through the current last hop, as tor does; the
+/// last new hop is asked for congestion control when it offers it. No
+/// stream is given the circuit meanwhile ([`Circuit::is_usable`]); streams
+/// already on it stay with their hop. The caller marked the control
+/// port's entry ([`ControlHub::circ_extending`]); this reports CIRC
+/// EXTENDED per hop and BUILT with the longer path, or, when a hop fails
+/// or `timeout` passes, destroys the circuit (FAILED, as tor closes a
+/// circuit whose extension failed).
+///
+/// [`ControlHub::circ_extending`]: crate::client::control::hub::ControlHub::circ_extending
+pub async fn extend_shared(
+    c: &Circuit,
+    new: Vec<HopTarget>,
+    timeout: Duration,
+) -> Result<(), BuildError> {
+    if c.extending.swap(true, Ordering::Relaxed) {
+        return Err(BuildError::Hop {
+            hop: c.path().len(),
+            relay: "-".into(),
+            err: "an extension is already in progress".into(),
+        });
+    }
+    let hub = c.chan.hub.clone();
+    let fut = async {
+        let mut path: Vec<HopTarget> = c.path().as_ref().clone();
+        let mut full = path.clone();
+        full.extend(new.iter().cloned());
+        let params = new
+            .last()
+            .and_then(|h| h.params.clone())
+            .unwrap_or_default();
+        let want_cc = wants_cc(&full, &params);
+        for (k, hop) in new.iter().enumerate() {
+            let last = k + 1 == new.len();
+            let i = path.len();
+            let (kh, inc) =
+                extend_hop(&c.chan, c.circ_id, i, hop, want_cc && last, &params).await?;
+            path.push(hop.clone());
+            {
+                let mut h = c.hops();
+                h.path = Arc::new(path.clone());
+                h.last_hop_kh = kh;
+                h.cc_sendme_inc = inc;
+            }
+            if let Some(hub) = &hub {
+                hub.circ_extended(c.ctl_id, &path, path.len());
+            }
+        }
+        Ok::<_, BuildError>(path)
+    };
+    let res = match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(BuildError::Timeout(timeout)),
+    };
+    match res {
+        Ok(path) => {
+            if let Some(hub) = &hub {
+                hub.circ_reopened(c.ctl_id, &path);
+            }
+            c.extending.store(false, Ordering::Relaxed);
+            debug!(
+                "extended circuit {:08x} to {} hops at the controller's request",
+                c.circ_id,
+                path.len()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            // Half-extended circuits are not used again: destroy it. The
+            // flag stays set, so nothing takes it meanwhile.
+            c.credits.close();
+            c.chan.try_send(ChanCommand::Destroy { circ_id: c.circ_id });
+            if let Some(hub) = &hub {
+                hub.circ_failed(c.ctl_id, e.circ_reason());
+            }
+            Err(e)
+        }
+    }
 }
 
 /// One EXTEND2 on circuit `circ_id` to `hop` (position `i`): the

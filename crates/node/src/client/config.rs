@@ -294,29 +294,17 @@ impl ClientConfig {
                 )));
             }
         }
-        for (what, addr, allowed) in [
-            ("control_port", self.control_port, self.allow_public_control),
-            ("metrics_port", self.metrics_port, self.allow_public_metrics),
-        ] {
-            if let Some(a) = addr
-                && !a.ip().is_loopback()
-                && !allowed
-            {
-                return Err(ConfigError::Invalid(format!(
-                    "{what} {a} is not a loopback address; set allow_public_{} = true if you mean it",
-                    what.trim_end_matches("_port")
-                )));
-            }
+        if let Some(a) = self.metrics_port
+            && !a.ip().is_loopback()
+            && !self.allow_public_metrics
+        {
+            return Err(ConfigError::Invalid(format!(
+                "metrics_port {a} is not a loopback address; set allow_public_metrics = true if you mean it"
+            )));
         }
-        for h in &self.hashed_control_password {
-            onionmix_frontend::control::auth::HashedPassword::parse(h)
-                .map_err(|e| ConfigError::Invalid(format!("hashed_control_password: {e}")))?;
-        }
-        if self.max_control_connections == 0 {
-            return Err(ConfigError::Invalid(
-                "max_control_connections must be positive".into(),
-            ));
-        }
+        crate::client::control::settings(self)
+            .check(self.allow_public_control)
+            .map_err(ConfigError::Invalid)?;
         for (i, svc) in self.onion_services.iter().enumerate() {
             svc.validate()
                 .map_err(|e| ConfigError::Invalid(format!("onion_service #{}: {e}", i + 1)))?;

@@ -85,8 +85,8 @@ impl CircMgr {
         let handling = |port: u16| {
             st.clean
                 .iter()
-                .filter_map(|c| c.circ.path.last())
-                .filter(|e| exit_ok(&e.rsa_id, port))
+                .filter_map(|c| c.circ.path().last().map(|h| h.rsa_id))
+                .filter(|id| exit_ok(id, port))
                 .count()
                 + st.pending.iter().filter(|p| exit_ok(&p.exit, port)).count()
         };
@@ -131,7 +131,7 @@ impl CircMgr {
                             &mut rand::thread_rng(),
                         );
                         st.clean.push(CleanCirc {
-                            circ: Arc::new(c),
+                            circ: c.into_shared(),
                             idle_deadline: now + idle,
                         });
                         me.inner.counters.preemptive.fetch_add(1, Ordering::Relaxed);

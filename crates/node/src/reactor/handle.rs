@@ -184,6 +184,19 @@ pub struct ChannelHandle {
 }
 
 impl ChannelHandle {
+    /// A handle with no reactor behind it: the commands sent to it.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> (ChannelHandle, mpsc::Receiver<ChanCommand>) {
+        let (tx, rx) = mpsc::channel(16);
+        let h = ChannelHandle {
+            tx,
+            closed: Arc::default(),
+            peer_rsa_id: [0; 20],
+            peer_ed_id: None,
+            hub: None,
+        };
+        (h, rx)
+    }
     /// Whether the reactor has exited.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed) || self.tx.is_closed()

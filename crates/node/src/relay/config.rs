@@ -149,6 +149,49 @@ pub struct RelayConfig {
     /// counters); 0: never.
     #[serde(default = "default_stats_interval")]
     pub stats_interval_secs: u64,
+    /// Control port (tor's `ControlPort`), e.g. `"127.0.0.1:9051"`;
+    /// loopback unless `allow_public_control`.
+    #[serde(default)]
+    pub control_port: Option<SocketAddr>,
+    /// Control port on a unix socket (mode 0600).
+    #[serde(default)]
+    pub control_socket: Option<PathBuf>,
+    /// Cookie authentication (tor's `CookieAuthentication`); default: on
+    /// unless a hashed password is configured.
+    #[serde(default)]
+    pub cookie_authentication: Option<bool>,
+    /// Where the cookie goes (default `<data_dir>/control_auth_cookie`).
+    #[serde(default)]
+    pub cookie_auth_file: Option<PathBuf>,
+    /// Accepted control passwords, hashed (`onionmix hash-password`).
+    #[serde(default)]
+    pub hashed_control_password: Vec<String>,
+    /// Most simultaneous control connections.
+    #[serde(default = "default_max_control")]
+    pub max_control_connections: usize,
+    /// Allow the control port on a non-loopback address.
+    #[serde(default)]
+    pub allow_public_control: bool,
+    /// Exit when this process is gone (tor's `__OwningControllerProcess`).
+    #[serde(default)]
+    pub owning_controller_process: Option<u32>,
+    /// After `SIGNAL SHUTDOWN`, seconds to stop accepting connections
+    /// before exiting (tor's `ShutdownWaitLength`, default 30).
+    #[serde(default = "default_shutdown_wait")]
+    pub shutdown_wait_secs: u64,
+    /// The file this was loaded from (`GETINFO config-file`).
+    #[serde(skip)]
+    pub config_path: Option<PathBuf>,
+    /// `config_path` is an authority's file (the embedded relay's).
+    #[serde(skip)]
+    pub config_is_authority: bool,
+}
+
+fn default_max_control() -> usize {
+    64
+}
+fn default_shutdown_wait() -> u64 {
+    30
 }
 
 fn default_hs_table() -> usize {
@@ -230,7 +273,22 @@ impl RelayConfig {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let mut c = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.config_path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()));
+        Ok(c)
+    }
+
+    /// The control-port settings.
+    pub fn control_settings(&self) -> crate::control::server::ControlSettings {
+        crate::control::server::ControlSettings {
+            port: self.control_port,
+            socket: self.control_socket.clone(),
+            cookie_authentication: self.cookie_authentication,
+            cookie_auth_file: self.cookie_auth_file.clone(),
+            hashed_control_password: self.hashed_control_password.clone(),
+            max_connections: self.max_control_connections,
+            data_dir: self.data_dir.clone(),
+        }
     }
 
     /// Parse and validate.
@@ -246,6 +304,7 @@ impl RelayConfig {
             ));
         }
         c.exit_policy()?;
+        c.control_settings().check(c.allow_public_control)?;
         if let Some(m) = c.metrics_port
             && !m.ip().is_loopback()
             && !c.allow_public_metrics

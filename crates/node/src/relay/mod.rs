@@ -2,6 +2,7 @@
 //! circuits, and (as an exit) connects streams.
 
 pub mod config;
+pub mod control;
 pub mod dircache;
 pub mod dns;
 pub mod exit;
@@ -33,6 +34,7 @@ use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandsha
 use onionmix_proto::exitpolicy::ExitPolicy;
 
 use crate::admission::{Admission, AdmissionConfig, KnownAddrs, Permit};
+use crate::control::counted::Counted;
 use crate::glue::{RelayInitiatorAuth, RelayLinkIdentity, responder_verifier};
 use config::RelayConfig;
 use exit::DirServer;
@@ -124,6 +126,8 @@ pub struct RelayCtx {
     pub hs: hs::HsRelay,
     /// Consensus parameters (congestion and flow control, SENDMEs).
     cc_params: RwLock<Arc<CcParams>>,
+    /// What the control port reports (traffic, OR connections, events).
+    pub control: control::RelayControl,
 }
 
 impl RelayCtx {
@@ -243,6 +247,7 @@ pub fn make_ctx(
         queues: Arc::default(),
         hs: hs::HsRelay::new(cfg_hs),
         cc_params: RwLock::default(),
+        control: control::RelayControl::default(),
     }))
 }
 
@@ -319,9 +324,40 @@ async fn connect(
     ed: Option<[u8; 32]>,
     addr: SocketAddr,
 ) -> Result<RelayChanHandle, String> {
+    ctx.control.orconn(id, "LAUNCHED", None);
+    let r = connect_inner(ctx, id, ed, addr).await;
+    match &r {
+        Ok(_) => ctx.control.orconn(id, "CONNECTED", None),
+        Err(e) => ctx.control.orconn(id, "FAILED", Some(orconn_reason(e))),
+    }
+    r
+}
+
+/// tor's ORCONN reason for a failed outbound link.
+fn orconn_reason(e: &str) -> &'static str {
+    let e = e.to_ascii_lowercase();
+    if e.contains("refused") {
+        "CONNECTREFUSED"
+    } else if e.contains("timed out") || e.contains("timeout") {
+        "TIMEOUT"
+    } else if e.contains("identity") {
+        "IDENTITY"
+    } else if e.contains("reset") {
+        "CONNECTRESET"
+    } else {
+        "MISC"
+    }
+}
+
+async fn connect_inner(
+    ctx: &Arc<RelayCtx>,
+    id: [u8; 20],
+    ed: Option<[u8; 32]>,
+    addr: SocketAddr,
+) -> Result<RelayChanHandle, String> {
     rotate::ensure_link_fresh(ctx);
     let (link_id, transport) = ctx.link();
-    let (mut tls, info) = transport.connect(addr).await.map_err(|e| e.to_string())?;
+    let (tls, info) = transport.connect(addr).await.map_err(|e| e.to_string())?;
     let digest = info
         .responder_cert_digest()
         .ok_or("peer sent no TLS certificate")?;
@@ -347,6 +383,8 @@ async fn connect(
     )
     .with_auth(&auth, vec![my_addr])
     .with_peer_addr(addr.ip());
+    // The link's cells are counted from the handshake on (`traffic/*`).
+    let mut tls = Counted::new(tls, ctx.control.traffic.clone());
     let (est, leftover) =
         crate::glue::drive_initiator_handshake(&mut tls, hs, LINK_HANDSHAKE_TIMEOUT)
             .await
@@ -371,13 +409,16 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit
     let my_addrs = vec![ctx.cfg.advertised_ip()];
     // One deadline for TLS and the link handshake together.
     let fut = async {
-        let (mut tls, _info) = transport
+        let (tls, _info) = transport
             .accept(tcp)
             .await
             .map_err(|e| format!("TLS accept failed: {e}"))?;
         let hs = ResponderHandshake::new(link_id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
-        let exporter = |t: &onionmix_link::tls::TlsStream, ctx_bytes: &[u8; 32]| {
-            t.export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
+        // The link's cells are counted from the handshake on.
+        let mut tls = Counted::new(tls, ctx.control.traffic.clone());
+        let exporter = |t: &Counted<onionmix_link::tls::TlsStream, _>, ctx_bytes: &[u8; 32]| {
+            t.get_ref()
+                .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
                 .ok()
         };
         let (acc, input) =
@@ -404,6 +445,9 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit
     }
     let h = spawn_relay_reactor(ctx.clone(), io, acc.codec, acc.peer, false, Some(permit));
     if let Some(p) = peer_id {
+        // Only channels from relays are reported: a client's connection
+        // has no identity, and tor would name it by its address.
+        ctx.control.orconn(p.rsa_id, "CONNECTED", None);
         ctx.channels.register(p.rsa_id, h);
     }
 }
@@ -412,6 +456,10 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit
 pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
     loop {
         match listener.accept().await {
+            Ok((tcp, _)) if ctx.control.closing.load(Ordering::Relaxed) => {
+                // SIGNAL SHUTDOWN: no new connections until we exit.
+                drop(tcp);
+            }
             Ok((tcp, peer)) => {
                 let known = ctx.known.contains(peer.ip());
                 match ctx
@@ -513,6 +561,7 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
     if let Some(m) = ctx.cfg.metrics_port {
         crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
     }
+    control::start(ctx.clone()).await?;
     tokio::spawn(oom::oom_loop(ctx.clone()));
     tokio::spawn(hs::maintenance_loop(ctx.clone()));
     tokio::spawn(serve(ctx, listener));
@@ -548,7 +597,7 @@ pub async fn run(cfg: RelayConfig) -> Result<(), String> {
     tokio::spawn(crate::memory::trim_loop(move || {
         load.stats.channels.load(Ordering::Relaxed) + load.stats.circuits.load(Ordering::Relaxed)
     }));
-    crate::client::wait_for_shutdown().await;
+    control::wait_for_shutdown(&ctx).await;
     info!("shutting down");
     Ok(())
 }

@@ -4,10 +4,10 @@
 //! Vegas and XON/XOFF with the consensus's `cc_*` values. Relays here
 //! keep no directory of their own, so this fetches the microdesc
 //! consensus from an authority's DirPort, checks its signatures like a
-//! client does, and keeps only the `params` line. Until the first fetch
-//! succeeds, tor's defaults apply (congestion control on).
+//! client does, and keeps its `params` line (and the consensus itself for
+//! the control port's `ns/*`). Until the first fetch succeeds, tor's
+//! defaults apply (congestion control on).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,11 +60,11 @@ async fn fetch_any(auths: &[AuthorityConfig], req: &DirRequest) -> Result<String
     Err(last)
 }
 
-/// Fetch and verify the current consensus; return its parameters.
-pub async fn fetch_params(
+/// Fetch and verify the current consensus.
+pub async fn fetch_consensus(
     auths: &[AuthorityConfig],
     certs: &mut Vec<AuthCertificate>,
-) -> Result<BTreeMap<String, i32>, String> {
+) -> Result<onionmix_netdoc::Consensus, String> {
     let now = crate::clock::now();
     let text = fetch_any(auths, &DirRequest::microdesc_consensus()).await?;
     let unverified = UnverifiedConsensus::parse(&text).map_err(|e| e.to_string())?;
@@ -78,10 +78,9 @@ pub async fn fetch_params(
             .collect();
         merge_certificates(certs, fetched, auths, now, MAX_CERTS);
     }
-    let consensus = unverified
+    unverified
         .verify(auths, certs, now, TimeTolerance::default())
-        .map_err(|e| format!("consensus refused: {e}"))?;
-    Ok(consensus.params().clone())
+        .map_err(|e| format!("consensus refused: {e}"))
 }
 
 /// Keep `ctx`'s consensus parameters current.
@@ -98,9 +97,9 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
     let mut certs = Vec::new();
     let mut first = true;
     loop {
-        let wait = match fetch_params(&auths, &mut certs).await {
-            Ok(p) => {
-                let cc = CcParams::from_consensus(&p);
+        let wait = match fetch_consensus(&auths, &mut certs).await {
+            Ok(consensus) => {
+                let cc = CcParams::from_consensus(consensus.params());
                 if first {
                     info!(
                         "consensus parameters: congestion control {} (sendme_inc {})",
@@ -110,6 +109,8 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                     first = false;
                 }
                 ctx.set_cc_params(cc);
+                ctx.control
+                    .set_netdir(onionmix_netdoc::NetDir::new(consensus));
                 refresh
             }
             Err(e) => {

@@ -139,6 +139,7 @@ pub async fn publish_once(ctx: &RelayCtx) -> Vec<UploadResult> {
             Ok((code, reason)) => {
                 if code == 200 {
                     info!("descriptor accepted by authority {}", a.nickname);
+                    ctx.control.descriptor_accepted_by(a.dir_addr);
                 } else {
                     warn!(
                         "authority {} rejected our descriptor: {code} {reason}",

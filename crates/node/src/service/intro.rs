@@ -31,7 +31,7 @@ pub(super) async fn run(
         let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&keys.hop), &|_| true)
             .await
             .map_err(|e| e.to_string())?;
-        let kh = circ.last_hop_kh;
+        let kh = circ.last_hop_kh();
         let mut hs = HsCirc::attach(circ).await.map_err(|e| e.to_string())?;
         let msg = establish_intro(&keys.auth, &kh, dos).map_err(|e| e.to_string())?;
         hs.send(RelayCmd::ESTABLISH_INTRO, msg, None)

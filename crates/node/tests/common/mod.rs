@@ -1,4 +1,5 @@
-//! Helpers for tests that start stock `tor` processes.
+//! Helpers for tests that start stock `tor` processes, and a raw
+//! control-port connection (`control`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 #![allow(dead_code)]
 
@@ -6,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)]
 pub use onionmix_testsupport::tor_available;
+
+pub mod control;
 
 /// A free loopback port (from the shared allocator: never handed out twice).
 pub fn free_port() -> u16 {

@@ -39,17 +39,7 @@ pub async fn start_relay(
     let cache: Arc<dyn DirServer> = Arc::new(DirCache::new(Vec::new()));
     let ctx = relay_mod::make_ctx(cfg, keys, Some(cache)).unwrap();
     let addr = relay_mod::start(ctx.clone()).await.unwrap();
-    let target = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        params: None,
-    };
+    let target = HopTarget::local_relay(&ctx, addr);
     (ctx, target)
 }
 

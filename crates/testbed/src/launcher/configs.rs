@@ -258,6 +258,7 @@ fn write_onionmix_authority_config(
         i.address,
         i.dir_port.unwrap_or(0)
     );
+    s.push_str(&control_toml(i));
     for l in extra {
         s.push_str(l);
         s.push('\n');
@@ -277,16 +278,11 @@ fn write_onionmix_client_config(
         i.address,
         i.socks_port.unwrap_or(0)
     );
-    if let Some(p) = i.control_port {
-        s.push_str(&format!(
-            "control_port = \"{}:{p}\"\ncookie_authentication = true\n",
-            i.address
-        ));
-    }
+    s.push_str(&control_toml(i));
     if !i.address.starts_with("127.") {
         // Emulated networks: the SOCKS port is on the node's own address
         // in its namespace, reached from the host endpoint.
-        s.push_str("allow_public_socks = true\nallow_public_control = true\n");
+        s.push_str("allow_public_socks = true\n");
     }
     for l in extra {
         s.push_str(l);
@@ -339,12 +335,29 @@ fn write_onionmix_relay_config(
             s.push_str(&format!("nameserver = \"{ns}\"\n"));
         }
     }
+    s.push_str(&control_toml(i));
     for l in extra {
         s.push_str(l);
         s.push('\n');
     }
     s.push_str(&auth_toml(auths));
     std::fs::write(i.data_dir.join("relay.toml"), s).map_err(|e| e.to_string())
+}
+
+/// A node's control port with cookie authentication, reachable from the
+/// host when the node is in an emulated network's namespace.
+fn control_toml(i: &NodeInfo) -> String {
+    let mut s = String::new();
+    if let Some(p) = i.control_port {
+        s.push_str(&format!(
+            "control_port = \"{}:{p}\"\ncookie_authentication = true\n",
+            i.address
+        ));
+        if !i.address.starts_with("127.") {
+            s.push_str("allow_public_control = true\n");
+        }
+    }
+    s
 }
 
 fn torrc_net(addr: &str) -> String {

@@ -248,10 +248,11 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         } else {
             None
         };
-        // Every client gets a control port (cookie authentication): the
-        // measurement suite reads stock tor's circuit build times from CIRC
-        // events; controllers (stem, Bine) drive either client.
-        let control_port = if g.role == Role::Client {
+        // Every client, relay and authority gets a control port (cookie
+        // authentication): the measurement suite reads stock tor's
+        // circuit build times from CIRC events; controllers (stem, Bine)
+        // drive either implementation's clients and relays.
+        let control_port = if g.role == Role::Client || g.role.is_relay() {
             Some(port(9051)?)
         } else {
             None

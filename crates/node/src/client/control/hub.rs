@@ -18,17 +18,15 @@ use onionmix_frontend::control::events::{
 use onionmix_frontend::control::reply;
 
 use crate::client::circuit::{Circuit, HopTarget};
+use crate::control::OrConns;
+use crate::control::bus::EventBus;
 use crate::reactor::ChannelHandle;
 
-/// Depth of one control connection's event queue; a controller that lets
-/// it fill is disconnected rather than letting memory grow.
-pub const EVENT_QUEUE: usize = 4096;
+pub use crate::control::bus::EVENT_QUEUE;
 /// Most circuits tracked for the controller.
 pub const MAX_TRACKED_CIRCUITS: usize = 8192;
 /// Most streams tracked for the controller.
 pub const MAX_TRACKED_STREAMS: usize = 8192;
-/// Most control connections subscribed to events.
-pub const MAX_SUBSCRIBERS: usize = 256;
 /// tor's NEWNYM rate limit.
 pub const NEWNYM_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -74,12 +72,6 @@ pub struct StreamEntry {
     pub close: Option<oneshot::Sender<u8>>,
 }
 
-struct Subscriber {
-    id: u64,
-    mask: u64,
-    tx: mpsc::Sender<Vec<u8>>,
-}
-
 /// Counters for the metrics endpoint.
 #[derive(Default)]
 pub struct Counters {
@@ -99,10 +91,6 @@ pub struct Counters {
     pub streams_ok: AtomicU64,
     /// Streams that failed.
     pub streams_failed: AtomicU64,
-    /// Control connections refused at the limit.
-    pub control_refused: AtomicU64,
-    /// Control connections closed for a full event queue.
-    pub control_overflow: AtomicU64,
 }
 
 /// Upper bounds of the build-time histogram buckets, milliseconds.
@@ -110,15 +98,13 @@ pub const BUILD_BUCKETS_MS: [u64; 8] = [50, 100, 250, 500, 1000, 2500, 5000, 100
 
 /// The hub (one per client).
 pub struct ControlHub {
-    interest: AtomicU64,
-    subs: Mutex<Vec<Subscriber>>,
+    /// Event fan-out to control connections.
+    pub bus: EventBus,
     next_circ: AtomicU64,
     next_stream: AtomicU64,
-    next_orconn: AtomicU64,
-    next_sub: AtomicU64,
     circs: Mutex<BTreeMap<u64, CircEntry>>,
     streams: Mutex<BTreeMap<u64, StreamEntry>>,
-    orconns: Mutex<BTreeMap<[u8; 20], (u64, String)>>,
+    orconns: OrConns,
     /// Application bytes read from the network (delivered to SOCKS clients).
     pub read: AtomicU64,
     /// Application bytes written to the network.
@@ -186,15 +172,12 @@ impl ControlHub {
     /// A fresh hub.
     pub fn new() -> Self {
         ControlHub {
-            interest: AtomicU64::new(0),
-            subs: Mutex::new(Vec::new()),
+            bus: EventBus::default(),
             next_circ: AtomicU64::new(1),
             next_stream: AtomicU64::new(1),
-            next_orconn: AtomicU64::new(1),
-            next_sub: AtomicU64::new(1),
             circs: Mutex::new(BTreeMap::new()),
             streams: Mutex::new(BTreeMap::new()),
-            orconns: Mutex::new(BTreeMap::new()),
+            orconns: OrConns::default(),
             read: AtomicU64::new(0),
             written: AtomicU64::new(0),
             bw_last: Mutex::new((0, 0)),
@@ -218,76 +201,32 @@ impl ControlHub {
 
     /// Register a control connection; its event queue.
     pub fn subscribe(&self) -> Option<(u64, mpsc::Receiver<Vec<u8>>)> {
-        let mut subs = lock(&self.subs);
-        if subs.len() >= MAX_SUBSCRIBERS {
-            return None;
-        }
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let id = self.next_sub.fetch_add(1, Ordering::Relaxed);
-        subs.push(Subscriber { id, mask: 0, tx });
-        Some((id, rx))
-    }
-
-    fn recompute_interest(&self, subs: &[Subscriber]) {
-        let m = subs.iter().fold(0, |a, s| a | s.mask);
-        self.interest.store(m, Ordering::Relaxed);
+        self.bus.subscribe()
     }
 
     /// Change what a connection wants.
     pub fn set_mask(&self, id: u64, mask: EventMask) {
-        let mut subs = lock(&self.subs);
-        if let Some(s) = subs.iter_mut().find(|s| s.id == id) {
-            s.mask = mask.0;
-        }
-        self.recompute_interest(&subs);
+        self.bus.set_mask(id, mask);
     }
 
     /// Forget a connection.
     pub fn unsubscribe(&self, id: u64) {
-        let mut subs = lock(&self.subs);
-        subs.retain(|s| s.id != id);
-        self.recompute_interest(&subs);
+        self.bus.unsubscribe(id);
     }
 
     /// Whether anyone wants `event`.
     pub fn wants(&self, event: &str) -> bool {
-        EventMask::bit(event).is_some_and(|b| self.interest.load(Ordering::Relaxed) & b != 0)
+        self.bus.wants(event)
     }
 
     /// Send an event (built only if someone wants it).
     pub fn emit(&self, event: &str, make: impl FnOnce() -> Vec<u8>) {
-        let Some(bit) = EventMask::bit(event) else {
-            return;
-        };
-        if self.interest.load(Ordering::Relaxed) & bit == 0 {
-            return;
-        }
-        let bytes = make();
-        let mut subs = lock(&self.subs);
-        let before = subs.len();
-        subs.retain(|s| {
-            if s.mask & bit == 0 {
-                return true;
-            }
-            match s.tx.try_send(bytes.clone()) {
-                Ok(()) => true,
-                // A full queue drops the subscriber: its connection sees
-                // the channel close and hangs up.
-                Err(mpsc::error::TrySendError::Full(_)) => false,
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            }
-        });
-        if subs.len() != before {
-            self.counters
-                .control_overflow
-                .fetch_add((before - subs.len()) as u64, Ordering::Relaxed);
-            self.recompute_interest(&subs);
-        }
+        self.bus.emit(event, make);
     }
 
     /// A NOTICE/WARN/ERR log event.
     pub fn log(&self, severity: &str, msg: &str) {
-        self.emit(severity, || reply::log_event(severity, msg));
+        self.bus.log(severity, msg);
     }
 
     // ---- bootstrap ----
@@ -379,8 +318,9 @@ impl ControlHub {
         id
     }
 
-    /// Hop `n` (0-based) of circuit `id` is done.
-    pub fn circ_extended(&self, id: u64, path: &[HopTarget], hops_done: usize, built: bool) {
+    /// Circuit `id` has its first `hops_done` hops of `path` (tor sends
+    /// EXTENDED for every hop, the last one included, then BUILT).
+    pub fn circ_extended(&self, id: u64, path: &[HopTarget], hops_done: usize) {
         let mut circs = lock(&self.circs);
         let Some(e) = circs.get_mut(&id) else {
             return;
@@ -390,13 +330,44 @@ impl ControlHub {
             .take(hops_done)
             .map(|h| long_name(&h.rsa_id, &h.nickname))
             .collect();
-        e.status.status = if built { "BUILT" } else { "EXTENDED" };
+        e.status.status = "EXTENDED";
         let st = e.status.clone();
         drop(circs);
         self.emit_circ(&st);
     }
 
-    /// The circuit is built: record how to reach and close it.
+    /// A controller starts adding hops to built circuit `id` (tor's
+    /// circuit goes back to building: `circuit-status` says EXTENDED, no
+    /// event). False when the circuit is gone or not built.
+    pub fn circ_extending(&self, id: u64) -> bool {
+        match lock(&self.circs).get_mut(&id) {
+            Some(e) if e.status.status == "BUILT" => {
+                e.status.status = "EXTENDED";
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The hops a controller added to circuit `id` are built: its path is
+    /// now `path` (BUILT again, as tor reports a circuit that opened).
+    pub fn circ_reopened(&self, id: u64, path: &[HopTarget]) {
+        let mut circs = lock(&self.circs);
+        let Some(e) = circs.get_mut(&id) else {
+            return;
+        };
+        e.relays = path.iter().map(|h| h.rsa_id).collect();
+        e.status.path = path
+            .iter()
+            .map(|h| long_name(&h.rsa_id, &h.nickname))
+            .collect();
+        e.status.status = "BUILT";
+        let st = e.status.clone();
+        drop(circs);
+        self.emit_circ(&st);
+    }
+
+    /// The circuit is built (BUILT): record how to reach and close it.
     pub fn circ_built(
         &self,
         id: u64,
@@ -418,19 +389,25 @@ impl ControlHub {
         if let Some(c) = self.counters.build_buckets.get(b) {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(e) = lock(&self.circs).get_mut(&id) {
-            e.chan = Some((chan, circ_id, credits));
-            // The first exit circuit after NEWNYM that avoided the old
-            // exits ends the avoidance.
-            if e.relays.len() >= 2
-                && let Some(x) = e.relays.last()
-            {
-                let mut av = lock(&self.newnym_avoid);
-                if !av.is_empty() && !av.contains(x) {
-                    av.clear();
-                }
+        let mut circs = lock(&self.circs);
+        let Some(e) = circs.get_mut(&id) else {
+            return;
+        };
+        e.chan = Some((chan, circ_id, credits));
+        e.status.status = "BUILT";
+        // The first exit circuit after NEWNYM that avoided the old exits
+        // ends the avoidance.
+        if e.relays.len() >= 2
+            && let Some(x) = e.relays.last()
+        {
+            let mut av = lock(&self.newnym_avoid);
+            if !av.is_empty() && !av.contains(x) {
+                av.clear();
             }
         }
+        let st = e.status.clone();
+        drop(circs);
+        self.emit_circ(&st);
     }
 
     /// A build failed.
@@ -617,34 +594,13 @@ impl ControlHub {
         status: &'static str,
         reason: Option<&str>,
     ) {
-        let name = long_name(&rsa_id, nickname);
-        let id = {
-            let mut m = lock(&self.orconns);
-            let id = match m.get(&rsa_id) {
-                Some((id, _)) if status != "LAUNCHED" => *id,
-                _ => self.next_orconn.fetch_add(1, Ordering::Relaxed),
-            };
-            if matches!(status, "FAILED" | "CLOSED") {
-                m.remove(&rsa_id);
-            } else if m.len() < MAX_TRACKED_CIRCUITS || m.contains_key(&rsa_id) {
-                m.insert(rsa_id, (id, status.to_string()));
-            }
-            id
-        };
-        self.emit("ORCONN", || {
-            reply::event(&ev::orconn_line(&name, status, reason, 0, id))
-        });
+        self.orconns
+            .event(&self.bus, rsa_id, nickname, status, reason);
     }
 
     /// `orconn-status` lines and the set of live channel peers.
     pub fn orconn_status(&self) -> (String, Vec<[u8; 20]>) {
-        let m = lock(&self.orconns);
-        let text = m
-            .iter()
-            .map(|(id, (_, st))| format!("{} {st}", long_name(id, "")))
-            .collect::<Vec<_>>()
-            .join("\r\n");
-        (text, m.keys().copied().collect())
+        self.orconns.status()
     }
 
     // ---- bandwidth ----

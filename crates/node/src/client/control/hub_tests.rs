@@ -38,17 +38,45 @@ fn circuit_events_and_status() {
     hub.set_mask(sub, mask(&["CIRC"]));
     let path = vec![hop(1), hop(2), hop(3)];
     let id = hub.circ_launched(&path, false);
-    hub.circ_extended(id, &path, 1, false);
-    hub.circ_extended(id, &path, 3, true);
-    let got: Vec<String> = (0..3)
+    hub.circ_extended(id, &path, 1);
+    hub.circ_extended(id, &path, 3);
+    assert!(hub.circuit_status().starts_with(&format!("{id} EXTENDED ")));
+    assert!(
+        !hub.circ_extending(id),
+        "a circuit still building was re-extended"
+    );
+    let (chan, _rx) = crate::reactor::ChannelHandle::for_tests();
+    let credits = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+    hub.circ_built(id, chan, 7, credits, Duration::from_millis(5));
+    let got: Vec<String> = (0..4)
         .map(|_| String::from_utf8(rx.try_recv().unwrap()).unwrap())
         .collect();
     assert!(got[0].starts_with(&format!(
         "650 CIRC {id} LAUNCHED BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL TIME_CREATED="
     )));
     assert!(got[1].starts_with(&format!("650 CIRC {id} EXTENDED ${}~r1 ", "01".repeat(20))));
+    assert!(got[2].starts_with(&format!("650 CIRC {id} EXTENDED ")));
     assert!(got[2].contains(&format!("~r2,${}~r3 ", "03".repeat(20))));
+    assert!(got[3].starts_with(&format!("650 CIRC {id} BUILT ")));
+    assert!(got[3].contains(&format!("~r2,${}~r3 ", "03".repeat(20))));
     assert!(hub.circuit_status().starts_with(&format!("{id} BUILT ")));
+
+    // A controller adds a fourth hop: EXTENDED in circuit-status (no
+    // event), EXTENDED with four hops, BUILT again.
+    assert!(hub.circ_extending(id));
+    assert!(!hub.circ_extending(id), "two extensions at once");
+    assert!(hub.circuit_status().starts_with(&format!("{id} EXTENDED ")));
+    assert!(rx.try_recv().is_err());
+    let longer = vec![hop(1), hop(2), hop(3), hop(4)];
+    hub.circ_extended(id, &longer, 4);
+    hub.circ_reopened(id, &longer);
+    let e = String::from_utf8(rx.try_recv().unwrap()).unwrap();
+    assert!(e.starts_with(&format!("650 CIRC {id} EXTENDED ")), "{e}");
+    assert!(e.contains(&format!("~r3,${}~r4 ", "04".repeat(20))), "{e}");
+    let b = String::from_utf8(rx.try_recv().unwrap()).unwrap();
+    assert!(b.starts_with(&format!("650 CIRC {id} BUILT ")), "{b}");
+    assert!(b.contains(&format!("~r3,${}~r4 ", "04".repeat(20))), "{b}");
+    assert_eq!(hub.with_circ(id, |e| e.relays.len()), Some(4));
     hub.circ_failed(id, "TIMEOUT");
     let f = String::from_utf8(rx.try_recv().unwrap()).unwrap();
     assert!(
@@ -78,9 +106,7 @@ fn nothing_is_formatted_for_nobody_and_full_queues_drop_the_subscriber() {
         "the subscriber with a full queue was not dropped"
     );
     assert_eq!(
-        hub.counters
-            .control_overflow
-            .load(std::sync::atomic::Ordering::Relaxed),
+        hub.bus.overflow.load(std::sync::atomic::Ordering::Relaxed),
         1
     );
     drop(rx);

@@ -2,15 +2,11 @@
 //! events, `stream-status`, ATTACHSTREAM, CLOSESTREAM), and byte counting
 //! on the application socket for BW, CIRC_BW and `traffic/*`.
 
-use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
 use onionmix_cell::relay::TargetHost;
@@ -19,6 +15,7 @@ use onionmix_frontend::socks::{SocksCmd, SocksRequest, SocksVersion};
 
 use super::hub::ControlHub;
 use crate::client::circuit::Circuit;
+use crate::control::counted::{Counted, Tally};
 
 /// How long a stream waits for ATTACHSTREAM (tor closes unattached
 /// streams after about two minutes).
@@ -177,62 +174,36 @@ impl Tracked {
 
     /// Wrap the application socket so bytes are counted for this stream's
     /// circuit and the client.
-    pub fn count<S>(&self, sock: S) -> Counted<S> {
-        Counted {
-            inner: sock,
-            hub: self.hub.clone(),
-            circ: self.circ.and_then(|c| self.hub.circ_bw(c)),
-        }
+    pub fn count<S>(&self, sock: S) -> Counted<S, StreamTally> {
+        Counted::new(
+            sock,
+            StreamTally {
+                hub: self.hub.clone(),
+                circ: self.circ.and_then(|c| self.hub.circ_bw(c)),
+            },
+        )
     }
 }
 
-/// A socket that counts bytes: what the application writes is written to
-/// the network, what it reads was read from the network.
-pub struct Counted<S> {
-    inner: S,
+/// Counts a stream's bytes for the client and its circuit: what the
+/// application writes is written to the network, what it reads was read
+/// from the network.
+pub struct StreamTally {
     hub: Arc<ControlHub>,
     circ: Option<Arc<(AtomicU64, AtomicU64)>>,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let n = buf.filled().len().saturating_sub(before) as u64;
-        if n > 0 {
-            self.hub.written.fetch_add(n, Ordering::Relaxed);
-            if let Some(c) = &self.circ {
-                c.1.fetch_add(n, Ordering::Relaxed);
-            }
+impl Tally for StreamTally {
+    fn read(&self, n: u64) {
+        self.hub.written.fetch_add(n, Ordering::Relaxed);
+        if let Some(c) = &self.circ {
+            c.1.fetch_add(n, Ordering::Relaxed);
         }
-        r
     }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        if let Poll::Ready(Ok(n)) = &r {
-            let n = *n as u64;
-            self.hub.read.fetch_add(n, Ordering::Relaxed);
-            if let Some(c) = &self.circ {
-                c.0.fetch_add(n, Ordering::Relaxed);
-            }
+    fn written(&self, n: u64) {
+        self.hub.read.fetch_add(n, Ordering::Relaxed);
+        if let Some(c) = &self.circ {
+            c.0.fetch_add(n, Ordering::Relaxed);
         }
-        r
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

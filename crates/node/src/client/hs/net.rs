@@ -233,7 +233,7 @@ async fn from_pool(
     match target {
         None => {
             let fits = |c: &Circuit| {
-                c.path.last().is_some_and(|h| {
+                c.path().last().is_some_and(|h| {
                     nd.relay_by_rsa_id(&h.rsa_id)
                         .is_some_and(|r| is_rend_point(r) && last_ok(r))
                 })
@@ -251,7 +251,7 @@ async fn from_pool(
                 );
                 return None;
             };
-            let n = c.path.len();
+            let n = c.path().len();
             let limit = circmgr.build_times_estimator().timeouts(n + 1).0;
             match extend_circuit(c, t.clone(), limit).await {
                 Ok(c) => {
@@ -275,7 +275,7 @@ async fn from_pool(
 fn extendable_to<'a>(nd: &'a NetDir, t: &'a HopTarget) -> impl Fn(&Circuit) -> bool + 'a {
     let t_relay = nd.relay_by_rsa_id(&t.rsa_id);
     move |c: &Circuit| {
-        c.path.iter().all(|h| {
+        c.path().iter().all(|h| {
             h.rsa_id != t.rsa_id
                 && match (t_relay, nd.relay_by_rsa_id(&h.rsa_id)) {
                     (Some(tr), Some(hr)) => !tr.in_same_family(hr),

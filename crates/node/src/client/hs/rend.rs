@@ -73,7 +73,7 @@ impl HsClient {
             debug!("rendezvous circuit: {e}");
             HsCircError::Closed
         })?;
-        let point = circ.path.last().cloned().ok_or(HsCircError::Closed)?;
+        let point = circ.path().last().cloned().ok_or(HsCircError::Closed)?;
         let mut hs = HsCirc::attach(circ).await?;
         let cookie: [u8; 20] = rand::random();
         hs.send(RelayCmd::ESTABLISH_RENDEZVOUS, cookie.to_vec(), None)

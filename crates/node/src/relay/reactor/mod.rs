@@ -377,6 +377,9 @@ impl Reactor {
         self.me.closed.store(true, Ordering::Relaxed);
         self.me.writer.close();
         ctx.stats.channels.fetch_sub(1, Ordering::Relaxed);
+        if let Some(p) = &self.me.peer {
+            ctx.control.orconn(p.rsa_id, "CLOSED", Some("DONE"));
+        }
     }
 
     fn flush(&mut self) -> Result<(), ()> {

@@ -4,7 +4,8 @@ use std::sync::atomic::Ordering;
 
 use onionmix_frontend::control::ConfError;
 
-use super::{ClientBackend, bool01};
+use super::ClientBackend;
+use crate::control::{bool01, line_list};
 
 /// Options GETCONF/SETCONF know: (canonical name, type for config/names).
 pub(super) const OPTIONS: &[(&str, &str)] = &[
@@ -73,20 +74,10 @@ impl ClientBackend {
             "__LeaveStreamsUnattached" => {
                 vec![Some(bool01(hub.leave_unattached.load(Ordering::Relaxed)))]
             }
-            "__OwningControllerProcess" => vec![self.ctx.owning_pid().map(|p| p.to_string())],
+            "__OwningControllerProcess" => vec![self.ctx.owner.owning_pid().map(|p| p.to_string())],
             "CookieAuthentication" => vec![Some(bool01(self.ctx.auth.cookie.is_some()))],
             "CookieAuthFile" => vec![self.ctx.auth.cookie_path.clone()],
-            "HashedControlPassword" => {
-                if c.hashed_control_password.is_empty() {
-                    vec![None]
-                } else {
-                    c.hashed_control_password
-                        .iter()
-                        .cloned()
-                        .map(Some)
-                        .collect()
-                }
-            }
+            "HashedControlPassword" => line_list(&c.hashed_control_password),
             "MaxCircuitDirtiness" => vec![Some(c.max_circuit_dirtiness_secs.to_string())],
             "CircuitBuildTimeout" => vec![Some(c.circuit_build_timeout_secs.to_string())],
             "EntryNodes" => vec![join(&c.entry_nodes)],
@@ -186,9 +177,10 @@ impl ClientBackend {
                         .leave_unattached
                         .store(v.as_deref() == Some("1"), Ordering::Relaxed);
                 }
-                "__OwningControllerProcess" => {
-                    self.ctx.set_owning_pid(v.and_then(|p| p.parse().ok()))
-                }
+                "__OwningControllerProcess" => self
+                    .ctx
+                    .owner
+                    .set_owning_pid(v.and_then(|p| p.parse().ok())),
                 "SocksPort" => {
                     let addr = v.and_then(|a| a.parse().ok());
                     if let Err(e) = self.ctx.socks.rebind(addr) {

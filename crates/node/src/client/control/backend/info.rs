@@ -9,130 +9,44 @@ use onionmix_frontend::control::events::long_name;
 use onionmix_frontend::control::syntax::quote;
 use onionmix_netdoc::NetDir;
 
+use super::ClientBackend;
 use super::conf::OPTIONS;
-use super::{ClientBackend, bool01, find_relay, version};
+use crate::control::{bool01, find_relay, info_names, ns_value, version};
 
-/// GETINFO keys we answer (for `info/names`).
-const INFO_NAMES: &[(&str, &str)] = &[
-    ("version", "The current version of Tor."),
-    ("config-file", "Current location of the \"torrc\" file."),
-    (
-        "config/names",
-        "List of configuration options, types, and documentation.",
-    ),
-    (
-        "info/names",
-        "List of GETINFO options, types, and documentation.",
-    ),
-    (
-        "events/names",
-        "Events that the controller can ask for with SETEVENTS.",
-    ),
-    (
-        "signal/names",
-        "Signal names recognized by the SIGNAL command",
-    ),
-    ("features/names", "What arguments can USEFEATURE take?"),
-    (
-        "process/pid",
-        "Process id belonging to the main tor process.",
-    ),
-    ("uptime", "Uptime of the Tor daemon in seconds."),
-    (
-        "status/bootstrap-phase",
-        "The last bootstrap phase status event that Tor sent.",
-    ),
-    (
-        "status/circuit-established",
-        "Whether we think client functionality is working.",
-    ),
-    (
-        "status/enough-dir-info",
-        "Whether we have enough up-to-date directory information to build circuits.",
-    ),
-    (
-        "circuit-status",
-        "List of current circuits originating here.",
-    ),
-    ("stream-status", "List of current streams."),
-    ("orconn-status", "A list of current OR connections."),
-    ("entry-guards", "Which nodes are we using as entry guards?"),
-    ("net/listeners/socks", "Bound addresses by type"),
-    ("net/listeners/control", "Bound addresses by type"),
-    (
-        "ns/id/*",
-        "Brief summary of router status by ID (v3 directory format).",
-    ),
-    (
-        "ns/name/*",
-        "Brief summary of router status by nickname (v3 directory format).",
-    ),
-    (
-        "ns/all",
-        "Brief summary of router status (v3 directory format)",
-    ),
-    ("md/id/*", "Microdescriptors by ID"),
-    ("md/name/*", "Microdescriptors by name"),
-    (
-        "dormant",
-        "Is Tor dormant (not building circuits because it's idle)?",
-    ),
-    ("traffic/read", "Bytes read since the process was started."),
-    (
-        "traffic/written",
-        "Bytes written since the process was started.",
-    ),
-    (
-        "address",
-        "IP address of this Tor host, if we can guess it.",
-    ),
-    ("fingerprint", "Get hash of router's identity key."),
-    ("accounting/enabled", "Is accounting currently enabled?"),
-    (
-        "onions/current",
-        "Onion services owned by the current control connection.",
-    ),
-    (
-        "onions/detached",
-        "Onion services detached from the control connection.",
-    ),
+/// GETINFO keys the client answers (for `info/names`).
+const INFO_KEYS: &[&str] = &[
+    "version",
+    "config-file",
+    "config/names",
+    "info/names",
+    "events/names",
+    "signal/names",
+    "features/names",
+    "process/pid",
+    "uptime",
+    "status/bootstrap-phase",
+    "status/circuit-established",
+    "status/enough-dir-info",
+    "circuit-status",
+    "stream-status",
+    "orconn-status",
+    "entry-guards",
+    "net/listeners/socks",
+    "net/listeners/control",
+    "ns/id/*",
+    "ns/name/*",
+    "ns/all",
+    "md/id/*",
+    "md/name/*",
+    "dormant",
+    "traffic/read",
+    "traffic/written",
+    "address",
+    "fingerprint",
+    "accounting/enabled",
+    "onions/current",
+    "onions/detached",
 ];
-
-fn ns_entry(nd: &NetDir, r: &onionmix_netdoc::ConsensusRelay) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
-    let published = onionmix_crypto::timefmt::format_utc(
-        nd.lifetime()
-            .valid_after
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    );
-    let mut flags: Vec<&str> = r.flags.names().collect();
-    flags.sort_unstable();
-    let mut s = format!(
-        "r {} {} {} {} {} {} {}\n",
-        r.nickname,
-        b64.encode(r.rsa_id),
-        b64.encode([0u8; 20]),
-        published,
-        r.ipv4.ip(),
-        r.ipv4.port(),
-        r.dir_port
-    );
-    if let Some(a) = r.ipv6 {
-        s.push_str(&format!("a {a}\n"));
-    }
-    s.push_str(&format!("s {}\n", flags.join(" ")));
-    if let Some(v) = &r.version {
-        s.push_str(&format!("v {v}\n"));
-    }
-    s.push_str(&format!("w Bandwidth={}", r.bandwidth));
-    if !r.measured {
-        s.push_str(" Unmeasured=1");
-    }
-    s.push('\n');
-    s
-}
 
 fn md_text(nd: &NetDir, id: &[u8; 20]) -> Option<String> {
     let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
@@ -162,11 +76,7 @@ impl ClientBackend {
                 .map(|(n, t)| format!("{n} {t}"))
                 .collect::<Vec<_>>()
                 .join("\n"),
-            "info/names" => INFO_NAMES
-                .iter()
-                .map(|(n, d)| format!("{n} -- {d}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            "info/names" => info_names(INFO_KEYS),
             "process/pid" => std::process::id().to_string(),
             "uptime" => hub.started.elapsed().as_secs().to_string(),
             "status/bootstrap-phase" => hub.bootstrap_phase(),
@@ -204,14 +114,6 @@ impl ClientBackend {
                 .map(|l| quote(l.as_bytes()))
                 .collect::<Vec<_>>()
                 .join(" "),
-            "ns/all" => match self.netdir() {
-                Ok(nd) => nd
-                    .listed()
-                    .iter()
-                    .map(|r| ns_entry(&nd, r))
-                    .collect::<String>(),
-                Err(e) => return e,
-            },
             "dormant" => bool01(hub.dormant.load(Ordering::Relaxed)),
             "onions/current" => self.ctx.onions.list(Some(self.sub_id)),
             "onions/detached" => self.ctx.onions.list(None),
@@ -220,17 +122,10 @@ impl ClientBackend {
             "address" | "address/v4" | "address/v6" => return Info::Fail("Address unknown".into()),
             "fingerprint" => return Info::Fail("Not running in server mode".into()),
             "accounting/enabled" => "0".into(),
-            k if k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
-                let nd = match self.netdir() {
-                    Ok(n) => n,
+            k if k == "ns/all" || k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
+                match self.netdir() {
+                    Ok(nd) => ns_value(&nd, k).unwrap_or_default(),
                     Err(e) => return e,
-                };
-                let spec = k
-                    .trim_start_matches("ns/id/")
-                    .trim_start_matches("ns/name/");
-                match find_relay(&nd, spec).and_then(|(id, _)| nd.listed_by_rsa_id(&id)) {
-                    Some(r) => ns_entry(&nd, r),
-                    None => String::new(),
                 }
             }
             k if k.starts_with("md/id/") || k.starts_with("md/name/") => {

@@ -24,12 +24,9 @@ use crate::client::circmgr::Purpose;
 use crate::client::circuit::{self, HopTarget};
 use crate::client::config::ClientConfig;
 use crate::client::dir::DirMgr;
+use crate::control::find_relay;
 
-/// The version string: the tor control-protocol level we follow, then
-/// ours (stem parses it as a tor version and gates features on it).
-pub fn version() -> String {
-    format!("0.4.9.11 (onionmix-{})", env!("CARGO_PKG_VERSION"))
-}
+use crate::control::version;
 
 /// One control connection's view of the client.
 pub struct ClientBackend {
@@ -41,35 +38,72 @@ pub struct ClientBackend {
     pub owning: Arc<AtomicBool>,
 }
 
-fn bool01(b: bool) -> String {
-    if b { "1".into() } else { "0".into() }
-}
-
-/// Find a relay by ServerSpec (`$FP`, `$FP~nick`, `$FP=nick`, `FP`, or a
-/// nickname); (RSA id, whether a microdescriptor is known).
-fn find_relay(nd: &NetDir, spec: &str) -> Option<([u8; 20], bool)> {
-    let fp = spec.trim_start_matches('$');
-    let (fp, nick) = match fp.split_once(['~', '=']) {
-        Some((f, n)) => (f, Some(n)),
-        None => (fp, None),
-    };
-    if let Some(id) = crate::client::config::parse_fingerprint(fp) {
-        let listed = nd.listed_by_rsa_id(&id)?;
-        if nick.is_some_and(|n| !n.eq_ignore_ascii_case(&listed.nickname)) {
-            return None;
-        }
-        return Some((id, nd.relay_by_rsa_id(&id).is_some()));
+/// The hops a controller names (EXTENDCIRCUIT's path): 552 `No such
+/// router` for a relay the consensus does not list, 552 `No descriptor`
+/// for one whose microdescriptor we lack, as tor answers.
+fn hops_named(nd: &NetDir, names: &[String]) -> Result<Vec<HopTarget>, CmdError> {
+    let params = Arc::new(onionmix_proto::cc::CcParams::from_consensus(nd.params()));
+    let mut hops = Vec::new();
+    for n in names {
+        let (rid, has_md) = find_relay(nd, n)
+            .ok_or_else(|| CmdError::new(552, format!("No such router \"{n}\"")))?;
+        let r = nd
+            .relay(&RelayId(rid))
+            .filter(|_| has_md)
+            .ok_or_else(|| CmdError::new(552, format!("No descriptor for \"{n}\"")))?;
+        hops.push(DirMgr::hop(r, &params));
     }
-    if spec.starts_with('$') {
-        return None;
-    }
-    nd.listed()
-        .iter()
-        .find(|r| r.nickname.eq_ignore_ascii_case(spec))
-        .map(|r| (r.rsa_id, nd.relay_by_rsa_id(&r.rsa_id).is_some()))
+    Ok(hops)
 }
 
 impl ClientBackend {
+    /// EXTENDCIRCUIT on a circuit that exists: add the named hops to it
+    /// (control-spec §3.10), reported by CIRC EXTENDED / BUILT, or FAILED
+    /// when a hop fails (the circuit is closed, as tor does). The circuit
+    /// must be built: tor also appends hops to a circuit still building,
+    /// which we answer with 551.
+    fn extend_existing(&self, id: &str, path: Option<Vec<String>>) -> Result<u64, CmdError> {
+        let n = self.circ_id(id)?;
+        let names = path.ok_or_else(|| CmdError::new(512, "syntax error: path required."))?;
+        let nd = self
+            .dir()
+            .netdir()
+            .ok_or_else(|| CmdError::new(551, "Couldn't send onion skin"))?;
+        let hops = hops_named(&nd, &names)?;
+        if hops.is_empty() {
+            return Err(CmdError::new(512, "No router names provided"));
+        }
+        let hub = self.ctx.hub.clone();
+        let (built, c) = hub
+            .with_circ(n, |e| {
+                let c = e
+                    .strong
+                    .clone()
+                    .or_else(|| e.weak.as_ref().and_then(|w| w.upgrade()));
+                (e.status.status == "BUILT", c)
+            })
+            .ok_or_else(|| CmdError::new(552, format!("Unknown circuit \"{id}\"")))?;
+        if !built {
+            return Err(CmdError::new(
+                551,
+                "Extending a circuit that is still being built is not supported",
+            ));
+        }
+        // A built circuit we cannot reach (an onion-service circuit, or
+        // one closing) is not extended.
+        let c = c
+            .filter(|c| !c.is_closed())
+            .filter(|_| hub.circ_extending(n))
+            .ok_or_else(|| CmdError::new(551, "Couldn't send onion skin"))?;
+        let timeout = self.ctx.build_timeout;
+        tokio::spawn(async move {
+            if let Err(e) = circuit::extend_shared(&c, hops, timeout).await {
+                info!("a controller's extension of circuit {n} failed: {e}");
+            }
+        });
+        Ok(n)
+    }
+
     fn cfg(&self) -> &ClientConfig {
         &self.ctx.cfg
     }
@@ -181,7 +215,7 @@ impl Backend for ClientBackend {
             }
             Signal::Shutdown | Signal::Halt => {
                 info!("shutting down at the controller's request");
-                self.ctx.request_shutdown();
+                self.ctx.owner.request_shutdown();
                 return;
             }
             Signal::Dump => "DUMP",
@@ -197,11 +231,12 @@ impl Backend for ClientBackend {
             Signal::ClearDnsCache => "CLEARDNSCACHE",
             Signal::Active => {
                 hub.dormant.store(false, Ordering::Relaxed);
-                return;
+                "ACTIVE"
             }
             Signal::Dormant => {
+                info!("Going dormant because of controller request.");
                 hub.dormant.store(true, Ordering::Relaxed);
-                return;
+                "DORMANT"
             }
         };
         hub.emit("SIGNAL", || {
@@ -219,18 +254,14 @@ impl Backend for ClientBackend {
         path: Option<Vec<String>>,
         purpose: Option<&str>,
     ) -> Result<u64, CmdError> {
-        if id != "0" {
-            self.circ_id(id)?;
-            return Err(CmdError::new(
-                551,
-                "Extending an existing circuit is not supported",
-            ));
-        }
         let controller = match purpose.map(str::to_ascii_lowercase).as_deref() {
             None | Some("general") => false,
             Some("controller") => true,
             Some(p) => return Err(CmdError::new(552, format!("Unknown purpose \"{p}\""))),
         };
+        if id != "0" {
+            return self.extend_existing(id, path);
+        }
         if self.ctx.hub.disable_network.load(Ordering::Relaxed) {
             return Err(CmdError::new(551, "Couldn't start circuit"));
         }
@@ -239,20 +270,7 @@ impl Backend for ClientBackend {
             .netdir()
             .ok_or_else(|| CmdError::new(551, "Couldn't start circuit"))?;
         let hops: Vec<HopTarget> = match path {
-            Some(names) => {
-                let params = Arc::new(onionmix_proto::cc::CcParams::from_consensus(nd.params()));
-                let mut hops = Vec::new();
-                for n in &names {
-                    let (rid, has_md) = find_relay(&nd, n)
-                        .ok_or_else(|| CmdError::new(552, format!("No such router \"{n}\"")))?;
-                    let r = nd
-                        .relay(&RelayId(rid))
-                        .filter(|_| has_md)
-                        .ok_or_else(|| CmdError::new(552, format!("No descriptor for \"{n}\"")))?;
-                    hops.push(DirMgr::hop(r, &params));
-                }
-                hops
-            }
+            Some(names) => hops_named(&nd, &names)?,
             None => self
                 .dir()
                 .pick_path(Purpose::Exit(None), &HashSet::new())
