@@ -747,8 +747,17 @@ impl ClientCircuit {
             | RelayMsg::Extend2(_)
             | RelayMsg::Truncate
             | RelayMsg::Resolve(_)
-            | RelayMsg::BeginDir => {
+            | RelayMsg::BeginDir
+            | RelayMsg::ConfluxLink(_)
+            | RelayMsg::ConfluxLinkedAck => {
                 return Err(CircError::Protocol("forward-only relay command from a hop"));
+            }
+            RelayMsg::ConfluxLinked(_) | RelayMsg::ConfluxSwitch(_) => {
+                // tor closes a circuit that gets these without having
+                // sent CONFLUX_LINK.
+                return Err(CircError::Protocol(
+                    "conflux message on a circuit without conflux",
+                ));
             }
             RelayMsg::Unknown(..) => {}
         }
