@@ -19,6 +19,7 @@ use onionmix_netdoc::{
     merge_certificates,
 };
 use onionmix_proto::cc::CcParams;
+use onionmix_proto::conflux::ConfluxParams;
 
 use super::RelayCtx;
 use crate::client::config::AuthorityEntry;
@@ -110,6 +111,7 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                     first = false;
                 }
                 ctx.set_cc_params(cc);
+                ctx.set_cfx_params(ConfluxParams::from_consensus(&p));
                 refresh
             }
             Err(e) => {
