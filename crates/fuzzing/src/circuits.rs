@@ -256,6 +256,18 @@ pub fn circ_relay(data: &[u8]) {
                     | Inbound::BeginDir { stream }
                     | Inbound::Resolve { stream, .. }
                     | Inbound::Data { stream, .. } => assert_ne!(stream, 0),
+                    // The driver accepts the link: stream messages now
+                    // belong to the set.
+                    Inbound::ConfluxLink(_) => {
+                        assert!(!extend_pending && !circ.has_next() && circ.n_streams() == 0);
+                        circ.set_conflux_leg();
+                    }
+                    Inbound::Multiplexed { cmd, stream, .. } => {
+                        assert!(circ.is_conflux_leg());
+                        if cmd == onionmix_cell::relay::RelayCmd::DATA {
+                            assert_ne!(stream, 0);
+                        }
+                    }
                     _ => {}
                 }
             }
