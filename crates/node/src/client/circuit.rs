@@ -127,6 +127,9 @@ pub struct Circuit {
     /// to it).
     pub last_hop_kh: [u8; 20],
     first_used: Mutex<Option<Instant>>,
+    /// The other leg of the conflux set this circuit is the home leg of
+    /// (kept open as long as this one).
+    conflux_partner: Mutex<Option<Box<Circuit>>>,
 }
 
 impl Circuit {
@@ -156,6 +159,24 @@ impl Circuit {
     /// Whether the circuit is dead.
     pub fn is_closed(&self) -> bool {
         self.chan.is_closed() || self.credits.is_closed()
+    }
+
+    /// Keep `other`, this circuit's partner leg in a conflux set, open as
+    /// long as this one.
+    pub fn set_conflux_partner(&self, other: Circuit) {
+        *self
+            .conflux_partner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(other));
+    }
+
+    /// The other leg's path, if this is the home leg of a conflux set.
+    pub fn conflux_partner_path(&self) -> Option<Vec<HopTarget>> {
+        self.conflux_partner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|c| c.path.clone())
     }
 
     /// Whether the exit takes stream data before CONNECTED.
@@ -395,6 +416,7 @@ async fn build_inner(
         cc_sendme_inc,
         last_hop_kh,
         first_used: Mutex::new(None),
+        conflux_partner: Mutex::new(None),
     })
 }
 
