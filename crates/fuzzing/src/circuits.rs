@@ -296,6 +296,9 @@ pub fn circ_relay(data: &[u8]) {
     }
 }
 
+/// The nonce the `circ_client` target links with.
+const FUZZ_NONCE: onionmix_cell::relay::Nonce = onionmix_cell::relay::Nonce([0x5A; 32]);
+
 /// A client layer without encryption. Hop `i` recognizes a cell whose
 /// Recognized field is zero and whose first Digest byte is `i`.
 struct PlainClientLayer(u8);
@@ -340,7 +343,7 @@ pub fn circ_client(data: &[u8]) {
     let mut out = Vec::new();
     while !inp.is_empty() {
         out.clear();
-        match inp.u8() % 11 {
+        match inp.u8() % 12 {
             0 => {
                 let mut body = next_body(&mut inp);
                 let sid = u16::from_be_bytes([body[3], body[4]]);
@@ -361,13 +364,40 @@ pub fn circ_client(data: &[u8]) {
                     return;
                 }
                 check_out(&out);
+                let mut delivered = Vec::new();
                 for e in &events {
                     match e {
                         CircEvent::End { stream, .. } | CircEvent::Resolved { stream, .. } => {
                             sids.retain(|s| s != stream);
                         }
                         CircEvent::Destroyed { .. } => return,
+                        // The driver links the leg; the set hands the leg's
+                        // stream messages back to it as the home leg.
+                        CircEvent::ConfluxLinked(l) => {
+                            assert_eq!(l.nonce, FUZZ_NONCE, "LINKED for another nonce");
+                            circ.set_conflux_leg().expect("linked after LINK");
+                        }
+                        CircEvent::Multiplexed { cmd, stream, data } => {
+                            assert!(circ.is_conflux_leg());
+                            delivered.push((*cmd, *stream, data.clone()));
+                        }
                         _ => {}
+                    }
+                }
+                for (cmd, sid, data) in delivered {
+                    events.clear();
+                    if circ
+                        .handle_conflux_msg(cmd, sid, &data, now, &mut events)
+                        .is_err()
+                    {
+                        return;
+                    }
+                    for e in &events {
+                        if let CircEvent::End { stream, .. } | CircEvent::Resolved { stream, .. } =
+                            e
+                        {
+                            sids.retain(|s| s != stream);
+                        }
                     }
                 }
             }
@@ -455,6 +485,17 @@ pub fn circ_client(data: &[u8]) {
                 let sid = pick(&sids, inp.u8());
                 circ.forget_stream(sid);
                 sids.retain(|s| *s != sid);
+            }
+            10 => {
+                let link = onionmix_cell::relay::ConfluxLink {
+                    nonce: FUZZ_NONCE,
+                    last_seqno_sent: 0,
+                    last_seqno_recv: 0,
+                    desired_ux: 3,
+                };
+                if let Ok(cell) = circ.conflux_link(&link) {
+                    check_out(&[cell]);
+                }
             }
             _ => {
                 events.clear();

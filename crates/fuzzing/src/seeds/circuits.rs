@@ -181,6 +181,14 @@ pub(super) fn circuits(out: &mut Vec<Seed>) {
     client.extend(op_cell(0, &at_hop(body(9, 3), 1)));
     client.extend(op_cell(0, &at_hop(body(13, 0), 1)));
     out.push(("circ_client", "streams".into(), client));
+    // Client conflux leg: extend with congestion control, LINK, LINKED
+    // from the last hop, then a SWITCH and DATA for the set.
+    let mut leg = vec![7, 8, 200, 10];
+    for (i, sid) in [(20, 0), (22, 0), (6, 1), (3, 1)] {
+        leg.extend(op_cell(0, &at_hop(body(i, sid), 1)));
+        leg.extend([0, 0, 0]);
+    }
+    out.push(("circ_client", "conflux-leg".into(), leg));
 }
 
 /// Programs for the `conflux` target: two legs link, messages arrive out
