@@ -14,72 +14,18 @@ mod common_net;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
+use common_net::{status_sum, wait_for_status};
+use onionmix_testbed::launcher::NetworkGuard;
 use onionmix_testbed::netinfo::NodeInfo;
-use onionmix_testbed::socks::{self, Target};
 use onionmix_testbed::spec::{Implementation, Role};
 use onionmix_testbed::torctl;
 
-fn status(node: &NodeInfo) -> serde_json::Value {
-    std::fs::read_to_string(node.data_dir.join("status.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
-}
-
-/// A counter summed over nodes' status.json.
-fn sum(nodes: &[NodeInfo], ptr: &str) -> u64 {
-    nodes
-        .iter()
-        .map(|n| status(n).pointer(ptr).and_then(|v| v.as_u64()).unwrap_or(0))
-        .sum()
-}
-
-fn wait_for_counter(nodes: &[NodeInfo], ptr: &str, at_least: u64, limit: Duration) -> u64 {
-    common_net::wait_for(
-        &format!("{ptr} >= {at_least}"),
-        limit,
-        Duration::from_millis(250),
-        || {
-            let v = sum(nodes, ptr);
-            (v >= at_least).then_some(v)
-        },
-    )
-}
-
-/// Send `n` bytes to the sink's echo port and check the echo (an upload
-/// and a download on one stream).
-async fn echo(proxy: SocketAddr, echo: SocketAddr, n: usize) {
-    let s = socks::connect(proxy, &Target::Addr(echo), None, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let (mut rd, mut wr) = tokio::io::split(s);
-    let data: Vec<u8> = (0..n).map(|i| (i * 7 % 253) as u8).collect();
-    let want = Sha256::digest(&data);
-    let writer = tokio::spawn(async move {
-        wr.write_all(&data).await.unwrap();
-        wr
-    });
-    let mut got = vec![0u8; n];
-    tokio::time::timeout(Duration::from_secs(180), rd.read_exact(&mut got))
-        .await
-        .expect("echo in time")
-        .unwrap();
-    let _wr = writer.await.unwrap();
-    assert_eq!(Sha256::digest(&got), want, "echo of {n} bytes differs");
-}
-
-#[test]
-fn stock_client_uses_conflux_through_our_exits() {
-    if !common_net::tor_available("stock_client_uses_conflux_through_our_exits") {
-        return;
-    }
-    let _serial = common_net::serial();
-    let tmp = tempfile::tempdir().unwrap();
-    let spec = r#"name = "conflux-our-exits"
-description = "stock authorities, relays and client (default conflux); onionmix exits only"
+/// Stock authorities and middles; two exits and one client of the given
+/// implementations.
+fn start(dir: &std::path::Path, exits: &str, client: &str) -> NetworkGuard {
+    let spec = format!(
+        r#"name = "conflux-{exits}-exits-{client}-client"
+description = "stock authorities and relays; {exits} exits, a {client} client"
 [[nodes]]
 impl = "tor"
 role = "authority"
@@ -89,25 +35,55 @@ impl = "tor"
 role = "relay"
 count = 4
 [[nodes]]
-impl = "onionmix"
+impl = "{exits}"
 role = "exit"
 count = 2
 [[nodes]]
-impl = "tor"
+impl = "{client}"
 role = "client"
-"#;
-    let p = tmp.path().join("spec.toml");
-    std::fs::write(&p, spec).unwrap();
-    let net = common_net::start(&p.display().to_string(), &tmp.path().join("net"));
+"#
+    );
+    let spec = common_net::write_spec(dir, &spec);
+    common_net::start(&spec, &dir.join("net"))
+}
+
+/// Download 20 MiB from the sink through `proxy` (SOCKS credentials
+/// `auth` pick the isolation key), SHA-256 checked.
+async fn download_20m(proxy: SocketAddr, sink: SocketAddr, auth: Option<(&str, &str)>) {
+    let (r, t) = common_net::download(proxy, &sink.ip().to_string(), sink.port(), 20 << 20, auth)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 20 << 20);
+    assert!(r.sha256_ok(), "SHA-256 mismatch");
+    eprintln!("20 MiB over conflux in {t:?}");
+}
+
+/// Print the conflux counters under `base` of `nodes`' status.json.
+fn report(who: &str, nodes: &[&NodeInfo], base: &str, keys: &[&str]) {
+    let line: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{k} {}", status_sum(nodes, &format!("{base}/{k}"))))
+        .collect();
+    eprintln!("{who}: {}", line.join(", "));
+}
+
+#[test]
+fn stock_client_uses_conflux_through_our_exits() {
+    if !common_net::tor_available("stock_client_uses_conflux_through_our_exits") {
+        return;
+    }
+    let _serial = common_net::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let net = start(tmp.path(), "onionmix", "tor");
     let info = net.info().clone();
     let stock = info.clients(Some(Implementation::Tor))[0].clone();
     let proxy = stock.socks_addr().unwrap();
     let sink = info.sink.clone().unwrap();
-    let exits: Vec<NodeInfo> = info
+    let exits: Vec<&NodeInfo> = info
         .nodes
         .iter()
         .filter(|n| n.implementation == Implementation::Onionmix && n.has_role(Role::Exit))
-        .cloned()
         .collect();
     let control = SocketAddr::from(([127, 0, 0, 1], stock.control_port.unwrap()));
     let cookie = stock.data_dir.join("control_auth_cookie");
@@ -136,32 +112,25 @@ role = "client"
     // The stock client pre-builds conflux sets (3 by default) once it has
     // a consensus with exits that support conflux: two legs per set,
     // each linked at one of our exits.
-    let legs = wait_for_counter(&exits, "/conflux/legs_linked", 2, Duration::from_secs(120));
+    let legs = wait_for_status(&exits, "/conflux/legs_linked", 2, Duration::from_secs(120));
     eprintln!("our exits linked {legs} conflux legs");
-
     rt.block_on(async {
         for _ in 0..2 {
-            let (r, t) = common_net::download(
-                proxy,
-                &sink.http.ip().to_string(),
-                sink.http.port(),
-                20 << 20,
-                None,
-            )
-            .await
-            .unwrap();
-            assert_eq!(r.status, 200);
-            assert_eq!(r.body.len(), 20 << 20);
-            assert!(r.sha256_ok(), "SHA-256 mismatch");
-            eprintln!("20 MiB over conflux in {t:?}");
+            download_20m(proxy, sink.http, None).await;
         }
-        echo(proxy, sink.echo, 2 << 20).await;
+        common_net::echo_verified(proxy, sink.echo, 2 << 20).await;
     });
-    let events = rt.block_on(async {
-        // Status files are rewritten about every second.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        watch.finish().await
-    });
+    // The streams ran over sets: their messages were sequenced at our
+    // exit (the 2 MiB upload alone is over 4000 DATA cells), and the
+    // downloads filled one leg's window and continued on the other.
+    wait_for_status(
+        &exits,
+        "/conflux/cells_delivered",
+        4000,
+        Duration::from_secs(30),
+    );
+    wait_for_status(&exits, "/conflux/switches_sent", 1, Duration::from_secs(30));
+    let events = rt.block_on(watch.finish());
     let linked: std::collections::BTreeSet<&str> = events
         .iter()
         .filter(|e| e.purpose.as_deref() == Some("CONFLUX_LINKED"))
@@ -175,118 +144,77 @@ role = "client"
         linked.len() >= 2,
         "the stock client reported no linked conflux legs"
     );
-    let c = |k: &str| sum(&exits, &format!("/conflux/{k}"));
-    eprintln!(
-        "our exits: sets {} legs {} refused {} delivered {} reordered {} switches sent {} received {}",
-        c("sets"),
-        c("legs_linked"),
-        c("refused"),
-        c("cells_delivered"),
-        c("cells_reordered"),
-        c("switches_sent"),
-        c("switches_received")
+    report(
+        "our exits",
+        &exits,
+        "/conflux",
+        &[
+            "sets",
+            "legs_linked",
+            "refused",
+            "cells_delivered",
+            "cells_reordered",
+            "switches_sent",
+            "switches_received",
+        ],
     );
-    // The streams ran over sets: their messages were sequenced at our
-    // exit (the 2 MiB upload alone is over 4000 DATA cells).
-    assert!(c("cells_delivered") > 4000, "streams did not use the sets");
-    // The downloads filled one leg's window and continued on the other.
-    assert!(c("switches_sent") >= 1, "our exits never switched legs");
-    assert_eq!(c("refused"), 0);
+    assert_eq!(status_sum(&exits, "/conflux/refused"), 0);
 }
 
-fn write_spec(dir: &std::path::Path, text: &str) -> String {
-    let p = dir.join("spec.toml");
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
-}
-
-/// Our client on a network whose exits are `exit_impl`'s: once it holds a
+/// Our client on a network whose exits are `exits`': once it holds a
 /// pre-built set, a 20 MiB download on a fresh isolation key (so no
 /// circuit of the launcher's checks is reused) runs over it; the exit
 /// sends on both legs and our client puts the cells back in order.
-fn our_client_over(exit_impl: &str, name: &str) {
+fn our_client_over(exits: &str) {
     let _serial = common_net::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let spec = format!(
-        r#"name = "{name}"
-description = "our client; {exit_impl} exits"
-[[nodes]]
-impl = "tor"
-role = "authority"
-count = 3
-[[nodes]]
-impl = "tor"
-role = "relay"
-count = 4
-[[nodes]]
-impl = "{exit_impl}"
-role = "exit"
-count = 2
-[[nodes]]
-impl = "onionmix"
-role = "client"
-"#
-    );
-    let spec = write_spec(tmp.path(), &spec);
-    let net = common_net::start(&spec, &tmp.path().join("net"));
+    let net = start(tmp.path(), exits, "onionmix");
     let info = net.info().clone();
-    let om = info.clients(Some(Implementation::Onionmix))[0].clone();
+    let om = info.clients(Some(Implementation::Onionmix))[0];
     let proxy = om.socks_addr().unwrap();
     let sink = info.sink.clone().unwrap();
     let client = [om];
-    let sets = wait_for_counter(
+    let sets = wait_for_status(
         &client,
         "/circuits/conflux/sets_linked",
         1,
         Duration::from_secs(120),
     );
-    common_net::wait_for(
-        "a clean conflux set",
+    wait_for_status(
+        &client,
+        "/circuits/conflux/sets_clean",
+        1,
         Duration::from_secs(120),
-        Duration::from_millis(250),
-        || (sum(&client, "/circuits/conflux/sets_clean") >= 1).then_some(()),
     );
-    eprintln!("our client linked {sets} conflux set(s) to {exit_impl} exits");
+    eprintln!("our client linked {sets} conflux set(s) to {exits} exits");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let (r, t) = common_net::download(
-            proxy,
-            &sink.http.ip().to_string(),
-            sink.http.port(),
-            20 << 20,
-            Some(("conflux", "1")),
-        )
-        .await
-        .unwrap();
-        assert_eq!(r.status, 200);
-        assert_eq!(r.body.len(), 20 << 20);
-        assert!(r.sha256_ok(), "SHA-256 mismatch");
-        eprintln!("20 MiB over a conflux set in {t:?}");
-    });
-    // 20 MiB is over 42000 DATA cells, all through the set's sequence
-    // (status.json is rewritten about every second).
-    wait_for_counter(
+    rt.block_on(download_20m(proxy, sink.http, Some(("conflux", "1"))));
+    // 20 MiB is over 42000 DATA cells, all through the set's sequence;
+    // the exit moved to the other leg when one leg's window was full.
+    wait_for_status(
         &client,
         "/circuits/conflux/cells_delivered",
         42_000,
         Duration::from_secs(30),
     );
-    // The exit moved to the other leg when one leg's window was full.
-    wait_for_counter(
+    wait_for_status(
         &client,
         "/circuits/conflux/switches_received",
         1,
         Duration::from_secs(30),
     );
-    let c = |k: &str| sum(&client, &format!("/circuits/conflux/{k}"));
-    eprintln!(
-        "our client: sets linked {} failed {} closed {} delivered {} reordered {} switches {}",
-        c("sets_linked"),
-        c("sets_failed"),
-        c("sets_closed"),
-        c("cells_delivered"),
-        c("cells_reordered"),
-        c("switches_received")
+    report(
+        "our client",
+        &client,
+        "/circuits/conflux",
+        &[
+            "sets_linked",
+            "sets_failed",
+            "sets_closed",
+            "cells_delivered",
+            "cells_reordered",
+            "switches_received",
+        ],
     );
 }
 
@@ -295,7 +223,7 @@ fn our_client_uses_conflux_through_stock_exits() {
     if !common_net::tor_available("our_client_uses_conflux_through_stock_exits") {
         return;
     }
-    our_client_over("tor", "conflux-stock-exits");
+    our_client_over("tor");
 }
 
 #[test]
@@ -303,5 +231,5 @@ fn our_client_uses_conflux_through_our_exits() {
     if !common_net::tor_available("our_client_uses_conflux_through_our_exits") {
         return;
     }
-    our_client_over("onionmix", "conflux-onionmix-exits");
+    our_client_over("onionmix");
 }

@@ -281,15 +281,16 @@ pub fn circ_relay(data: &[u8]) {
                 circ.next_gone();
                 extend_pending = false;
             }
-            4 => circ.stream_closed(inp.u16()),
+            4 => circ.streams_mut().stream_closed(inp.u16()),
             _ => {
                 now += Duration::from_millis(u64::from(inp.u8()));
                 let sid = inp.u16();
                 let cells = u32::from(inp.u8());
                 let buffered = usize::from(inp.u16());
                 flow.clear();
-                circ.stream_drained(sid, cells, cells as usize * 498, buffered, now, &mut flow);
-                let _ = circ.stream_buffered(sid, buffered, now);
+                let streams = circ.streams_mut();
+                streams.stream_drained(sid, cells, cells as usize * 498, buffered, now, &mut flow);
+                let _ = streams.stream_buffered(sid, buffered, now);
             }
         }
         assert!(circ.n_streams() <= MAX_EXIT_STREAMS);

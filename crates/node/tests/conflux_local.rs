@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use inproc::{open, pattern, start_relay, start_target};
+use inproc::{open, pattern, start_relay, start_target, wait_until};
 use onionmix_link::TlsTransport;
 use onionmix_node::client::chanmgr::ChanMgr;
 use onionmix_node::client::circuit::{self, Circuit, HopTarget};
@@ -119,14 +119,10 @@ async fn our_client_and_exit_carry_streams_over_a_linked_set() {
 
     // Dropping the set closes both legs; the exit forgets the set.
     drop(set);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while exit_counter(&net.exit, "sets_open") > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the exit kept the set"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the exit drops the set", Duration::from_secs(30), || {
+        exit_counter(&net.exit, "sets_open") == 0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,22 +156,17 @@ async fn closing_one_leg_closes_the_set() {
         .find(|(c, id)| !(c.peer_rsa_id == set.chan.peer_rsa_id && *id == set.circ_id))
         .unwrap();
     chan.send(ChanCommand::Destroy { circ_id }).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !set.is_closed() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the set outlived its leg"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the set closes with its leg",
+        Duration::from_secs(30),
+        || set.is_closed(),
+    )
+    .await;
     assert_eq!(stats.sets_closed.load(Relaxed), 1);
-    while exit_counter(&net.exit, "sets_open") > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the exit kept the set"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the exit drops the set", Duration::from_secs(30), || {
+        exit_counter(&net.exit, "sets_open") == 0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,8 +148,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::cc::ChanSignal;
-    use crate::client_circ::testutil::{Xor, at_hop, from_hop};
+    use crate::client_circ::testutil::{self, Xor, at_hop};
     use onionmix_cell::relay::conflux::ux;
 
     const KEYS: [u8; 3] = [3, 5, 9];
@@ -178,16 +177,7 @@ mod tests {
         sid: u16,
         data: &[u8],
     ) -> Result<(Vec<CircEvent>, Vec<OutCell>), CircError> {
-        let mut b = from_hop(&KEYS, hop, cmd, sid, data);
-        let (mut ev, mut out) = (Vec::new(), Vec::new());
-        c.handle_relay(
-            &mut b,
-            Instant::now(),
-            ChanSignal::default(),
-            &mut ev,
-            &mut out,
-        )?;
-        Ok((ev, out))
+        testutil::feed(c, &KEYS, hop, cmd, sid, data)
     }
 
     /// A circuit that sent LINK with nonce 7 and got LINKED.

@@ -5,7 +5,8 @@
 use onionmix_cell::relay::{self, RelayCmd};
 use onionmix_cell::{CellBody, PAYLOAD_LEN};
 
-use super::{ClientCircuit, OutCell};
+use super::{CircError, CircEvent, ClientCircuit, OutCell};
+use crate::cc::ChanSignal;
 use crate::layer::ClientLayer;
 
 /// A toy layer: XOR with a key byte; the digest field carries the key.
@@ -51,4 +52,26 @@ pub(crate) fn at_hop(keys: &[u8], hop: usize, cell: &OutCell) -> CellBody {
         b.iter_mut().for_each(|x| *x ^= *k);
     }
     b
+}
+
+/// Feed `c` (a circuit with `keys`) a cell from hop `hop`; the events and
+/// cells it produced.
+pub(crate) fn feed(
+    c: &mut ClientCircuit,
+    keys: &[u8],
+    hop: usize,
+    cmd: RelayCmd,
+    sid: u16,
+    data: &[u8],
+) -> Result<(Vec<CircEvent>, Vec<OutCell>), CircError> {
+    let mut b = from_hop(keys, hop, cmd, sid, data);
+    let (mut ev, mut out) = (Vec::new(), Vec::new());
+    c.handle_relay(
+        &mut b,
+        std::time::Instant::now(),
+        ChanSignal::default(),
+        &mut ev,
+        &mut out,
+    )?;
+    Ok((ev, out))
 }

@@ -7,7 +7,6 @@
 //! receives them; this machine only decides.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::relay::{self, Begin, ConfluxLink, Extend2, RelayCmd, RelayMsg, Sendme};
@@ -17,7 +16,6 @@ use crate::cc::CcParams;
 use crate::conflux::should_multiplex;
 use crate::flow::{DeliverWindow, FlowError};
 use crate::layer::RelayLayer;
-use crate::xonxoff::StreamFlowMsg;
 
 #[path = "exit_streams.rs"]
 mod exit_streams;
@@ -385,43 +383,13 @@ impl RelayCircuit {
         })
     }
 
-    /// A stream ended from the exit side (connect failed, target closed).
-    pub fn stream_closed(&mut self, sid: u16) {
-        self.streams.stream_closed(sid);
-    }
-
-    /// Data for `sid` was queued towards its target: `buffered` bytes wait.
-    /// With congestion control this may call for an XOFF.
-    pub fn stream_buffered(
-        &mut self,
-        sid: u16,
-        buffered: usize,
-        now: Instant,
-    ) -> Option<StreamFlowMsg> {
-        self.streams.stream_buffered(sid, buffered, now)
-    }
-
-    /// The target took `cells` cells (`bytes` bytes) of `sid`; `buffered`
-    /// bytes remain. Stream SENDMEs or XONs to send are appended to `out`.
-    pub fn stream_drained(
-        &mut self,
-        sid: u16,
-        cells: u32,
-        bytes: usize,
-        buffered: usize,
-        now: Instant,
-        out: &mut Vec<StreamFlowMsg>,
-    ) {
-        self.streams
-            .stream_drained(sid, cells, bytes, buffered, now, out);
-    }
-
     /// Number of open exit streams.
     pub fn n_streams(&self) -> usize {
         self.streams.len()
     }
 
-    /// The circuit's own exit streams.
+    /// The circuit's own exit streams (their flow control: closed from
+    /// our side, data queued towards or drained by the target).
     pub fn streams_mut(&mut self) -> &mut ExitStreams {
         &mut self.streams
     }

@@ -17,10 +17,22 @@ use onionmix_node::reactor::{StreamEvent, StreamRequest};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 use onionmix_proto::cc::CcParams;
 
+/// An in-process relay (an exit to loopback when `exit`), and how our
+/// client reaches it, asking for congestion control (ntor-v3).
 pub async fn start_relay(
     dir: &std::path::Path,
     nick: &str,
     exit: bool,
+) -> (Arc<RelayCtx>, HopTarget) {
+    start_relay_with(dir, nick, exit, true).await
+}
+
+/// [`start_relay`], with ntor and fixed windows when `cc` is false.
+pub async fn start_relay_with(
+    dir: &std::path::Path,
+    nick: &str,
+    exit: bool,
+    cc: bool,
 ) -> (Arc<RelayCtx>, HopTarget) {
     let cfg = RelayConfig::parse(&format!(
         "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
@@ -37,10 +49,10 @@ pub async fn start_relay(
         ed_id: Some(ctx.ed_id),
         or_addr: addr,
         ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: true,
+        ntor_v3: cc,
         optimistic_data: true,
-        flowctrl_cc: true,
-        params: Some(Arc::new(CcParams::default())),
+        flowctrl_cc: cc,
+        params: cc.then(|| Arc::new(CcParams::default())),
     };
     (ctx, target)
 }
@@ -106,4 +118,14 @@ pub async fn open(circ: &circuit::Circuit, target: SocketAddr) -> Stream {
         .expect("BEGIN");
     assert!(matches!(ev, StreamEvent::Connected(_)));
     s
+}
+
+/// Poll `f` every 50 ms until it holds, or panic naming `what` after
+/// `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
