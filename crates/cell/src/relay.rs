@@ -10,7 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
 use crate::chan::{Create2, Created2};
 use crate::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN, Reader};
 
+pub mod conflux;
 mod flow;
+pub use conflux::{ConfluxLink, Nonce};
 pub use flow::{Sendme, Xon, encode_xoff, parse_xoff};
 
 /// Offset of the Data field in a relay cell body.
@@ -51,6 +53,14 @@ impl RelayCmd {
     pub const EXTEND2: RelayCmd = RelayCmd(14);
     /// EXTENDED2.
     pub const EXTENDED2: RelayCmd = RelayCmd(15);
+    /// CONFLUX_LINK (proposal 329).
+    pub const CONFLUX_LINK: RelayCmd = RelayCmd(19);
+    /// CONFLUX_LINKED.
+    pub const CONFLUX_LINKED: RelayCmd = RelayCmd(20);
+    /// CONFLUX_LINKED_ACK.
+    pub const CONFLUX_LINKED_ACK: RelayCmd = RelayCmd(21);
+    /// CONFLUX_SWITCH.
+    pub const CONFLUX_SWITCH: RelayCmd = RelayCmd(22);
     /// XOFF (prop 324; tor's `RELAY_COMMAND_XOFF` is 43).
     pub const XOFF: RelayCmd = RelayCmd(43);
     /// XON (prop 324; `RELAY_COMMAND_XON` is 44).
@@ -74,6 +84,10 @@ impl RelayCmd {
             13 => "BEGIN_DIR",
             14 => "EXTEND2",
             15 => "EXTENDED2",
+            19 => "CONFLUX_LINK",
+            20 => "CONFLUX_LINKED",
+            21 => "CONFLUX_LINKED_ACK",
+            22 => "CONFLUX_SWITCH",
             32 => "ESTABLISH_INTRO",
             33 => "ESTABLISH_RENDEZVOUS",
             34 => "INTRODUCE1",
@@ -691,6 +705,14 @@ pub enum RelayMsg<'a> {
     Xon(Xon),
     /// XOFF.
     Xoff,
+    /// CONFLUX_LINK (client to exit).
+    ConfluxLink(ConfluxLink),
+    /// CONFLUX_LINKED (exit to client).
+    ConfluxLinked(ConfluxLink),
+    /// CONFLUX_LINKED_ACK (client to exit; its body is ignored).
+    ConfluxLinkedAck,
+    /// CONFLUX_SWITCH with the relative sequence number.
+    ConfluxSwitch(u32),
     /// Anything else (ignored, but counted for digests).
     Unknown(RelayCmd, &'a [u8]),
 }
@@ -700,7 +722,12 @@ impl<'a> RelayMsg<'a> {
     pub fn decode(body: &'a CellBody) -> Result<(u16, RelayMsg<'a>), CellError> {
         let h = header(body);
         let d = data(body)?;
-        let msg = match h.cmd {
+        Ok((h.stream_id, Self::parse(h.cmd, d)?))
+    }
+
+    /// Parse the data field `d` of a relay message with command `cmd`.
+    pub fn parse(cmd: RelayCmd, d: &'a [u8]) -> Result<RelayMsg<'a>, CellError> {
+        let msg = match cmd {
             RelayCmd::BEGIN => RelayMsg::Begin(Begin::parse(d)?),
             RelayCmd::DATA => RelayMsg::Data(d),
             RelayCmd::END => RelayMsg::End(End::parse(d)),
@@ -725,9 +752,13 @@ impl<'a> RelayMsg<'a> {
                 parse_xoff(d)?;
                 RelayMsg::Xoff
             }
+            RelayCmd::CONFLUX_LINK => RelayMsg::ConfluxLink(ConfluxLink::parse(d)?),
+            RelayCmd::CONFLUX_LINKED => RelayMsg::ConfluxLinked(ConfluxLink::parse(d)?),
+            RelayCmd::CONFLUX_LINKED_ACK => RelayMsg::ConfluxLinkedAck,
+            RelayCmd::CONFLUX_SWITCH => RelayMsg::ConfluxSwitch(conflux::parse_switch(d)?),
             c => RelayMsg::Unknown(c, d),
         };
-        Ok((h.stream_id, msg))
+        Ok(msg)
     }
 
     /// The command of this message.
@@ -748,6 +779,10 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::BeginDir => RelayCmd::BEGIN_DIR,
             RelayMsg::Xon(_) => RelayCmd::XON,
             RelayMsg::Xoff => RelayCmd::XOFF,
+            RelayMsg::ConfluxLink(_) => RelayCmd::CONFLUX_LINK,
+            RelayMsg::ConfluxLinked(_) => RelayCmd::CONFLUX_LINKED,
+            RelayMsg::ConfluxLinkedAck => RelayCmd::CONFLUX_LINKED_ACK,
+            RelayMsg::ConfluxSwitch(_) => RelayCmd::CONFLUX_SWITCH,
             RelayMsg::Unknown(c, _) => *c,
         }
     }
@@ -773,6 +808,9 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::Resolved(a) => encode_resolved(a),
             RelayMsg::Xon(x) => x.encode(),
             RelayMsg::Xoff => encode_xoff(),
+            RelayMsg::ConfluxLink(l) | RelayMsg::ConfluxLinked(l) => l.encode(),
+            RelayMsg::ConfluxLinkedAck => Vec::new(),
+            RelayMsg::ConfluxSwitch(s) => conflux::encode_switch(*s).to_vec(),
             RelayMsg::Unknown(_, d) => d.to_vec(),
         })
     }

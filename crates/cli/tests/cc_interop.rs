@@ -11,13 +11,11 @@ mod common_net;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use onionmix_testbed::netinfo::NodeInfo;
 use onionmix_testbed::socks::{self, Target};
@@ -100,54 +98,6 @@ async fn download(
     t0.elapsed()
 }
 
-/// Send `n` bytes to the sink's echo port through `proxy` and check the
-/// echo (upload and download on one stream).
-async fn echo(proxy: SocketAddr, echo: SocketAddr, n: usize) {
-    let s = socks::connect(proxy, &Target::Addr(echo), None, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let (mut rd, mut wr) = tokio::io::split(s);
-    let data: Vec<u8> = (0..n).map(|i| (i * 7 % 253) as u8).collect();
-    let want = Sha256::digest(&data);
-    let writer = tokio::spawn(async move {
-        wr.write_all(&data).await.unwrap();
-        wr
-    });
-    let mut got = vec![0u8; n];
-    tokio::time::timeout(Duration::from_secs(120), rd.read_exact(&mut got))
-        .await
-        .expect("echo in time")
-        .unwrap();
-    let _wr = writer.await.unwrap();
-    assert_eq!(Sha256::digest(&got), want, "echo of {n} bytes differs");
-}
-
-fn status(node: &NodeInfo) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(node.data_dir.join("status.json")).unwrap())
-        .unwrap()
-}
-
-/// Sum a counter over nodes' status.json (after the status writer caught
-/// up: it rewrites about every second).
-fn sum(nodes: &[&NodeInfo], ptr: &str) -> u64 {
-    nodes
-        .iter()
-        .map(|n| status(n).pointer(ptr).and_then(|v| v.as_u64()).unwrap_or(0))
-        .sum()
-}
-
-fn wait_for_counter(nodes: &[&NodeInfo], ptr: &str, at_least: u64) -> u64 {
-    common_net::wait_for(
-        &format!("{ptr} >= {at_least}"),
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        || {
-            let v = sum(nodes, ptr);
-            (v >= at_least).then_some(v)
-        },
-    )
-}
-
 /// A stock tor's MetricsPort counter. (tor answers with a
 /// `Content-Length` and keeps the connection open.)
 fn metric(port: u16, name: &str) -> Option<u64> {
@@ -180,12 +130,6 @@ fn metric(port: u16, name: &str) -> Option<u64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|v| v as u64)
-}
-
-fn write_spec(dir: &Path, text: &str) -> String {
-    let p = dir.join("spec.toml");
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
 }
 
 #[test]
@@ -221,7 +165,7 @@ impl = "onionmix"
 role = "client"
 "#
     );
-    let spec = write_spec(tmp.path(), &spec);
+    let spec = common_net::write_spec(tmp.path(), &spec);
     let net = common_net::start(&spec, &tmp.path().join("net"));
     let info = net.info().clone();
     let om = info.clients(Some(Implementation::Onionmix))[0].clone();
@@ -245,10 +189,15 @@ role = "client"
         let t = download(proxy, sink.http, 5 << 20, Duration::ZERO, Some(("cc", "1"))).await;
         eprintln!("5 MiB through a stock exit in {t:?}");
         // 2 MiB up and back (our client's Vegas uploads).
-        echo(proxy, sink.echo, 2 << 20).await;
+        common_net::echo_verified(proxy, sink.echo, 2 << 20).await;
     });
     let omv = [&om];
-    let cc = wait_for_counter(&omv, "/flow_control/cc_circuits", 1);
+    let cc = common_net::wait_for_status(
+        &omv,
+        "/flow_control/cc_circuits",
+        1,
+        Duration::from_secs(20),
+    );
     eprintln!("our client: {cc} circuit(s) with congestion control");
     // The stock exits' side: they count congestion-controlled circuits;
     // ours was built after `before` was read (other circuits may add to
@@ -267,9 +216,12 @@ role = "client"
         let t = download(proxy, sink.http, 20 << 20, Duration::from_secs(3), None).await;
         eprintln!("20 MiB with a 3 s stall in {t:?}");
     });
-    wait_for_counter(&omv, "/flow_control/xoff_sent", 1);
-    wait_for_counter(&omv, "/flow_control/xon_sent", 1);
-    assert_eq!(sum(&omv, "/flow_control/invalid_cells"), 0);
+    common_net::wait_for_status(&omv, "/flow_control/xoff_sent", 1, Duration::from_secs(20));
+    common_net::wait_for_status(&omv, "/flow_control/xon_sent", 1, Duration::from_secs(20));
+    assert_eq!(
+        common_net::status_sum(&omv, "/flow_control/invalid_cells"),
+        0
+    );
 }
 
 #[test]
@@ -297,7 +249,7 @@ count = 2
 impl = "tor"
 role = "client"
 "#;
-    let spec = write_spec(tmp.path(), spec);
+    let spec = common_net::write_spec(tmp.path(), spec);
     let net = common_net::start(&spec, &tmp.path().join("net"));
     let info = net.info().clone();
     let stock = info.clients(Some(Implementation::Tor))[0].clone();
@@ -320,7 +272,7 @@ role = "client"
             .unwrap();
         let t = download(proxy, sink.http, 5 << 20, Duration::ZERO, None).await;
         eprintln!("5 MiB from our exit to a stock client in {t:?}");
-        echo(proxy, sink.echo, 2 << 20).await;
+        common_net::echo_verified(proxy, sink.echo, 2 << 20).await;
         // CIRC_BW events come about once a second.
         tokio::time::sleep(Duration::from_secs(3)).await;
         watch.finish().await
@@ -343,7 +295,12 @@ role = "client"
         events.len()
     );
     assert!(max_cwnd > 124, "the stock client's window never grew");
-    let cc = wait_for_counter(&exits, "/congestion_control/cc_circuits", 1);
+    let cc = common_net::wait_for_status(
+        &exits,
+        "/congestion_control/cc_circuits",
+        1,
+        Duration::from_secs(20),
+    );
     eprintln!("our exits: {cc} circuit(s) with congestion control");
 
     // The stock client's SOCKS reader stalls: its buffer passes
@@ -352,6 +309,16 @@ role = "client"
         let t = download(proxy, sink.http, 20 << 20, Duration::from_secs(3), None).await;
         eprintln!("20 MiB with a 3 s stall in {t:?}");
     });
-    wait_for_counter(&exits, "/congestion_control/xoff_received", 1);
-    wait_for_counter(&exits, "/congestion_control/xon_received", 1);
+    common_net::wait_for_status(
+        &exits,
+        "/congestion_control/xoff_received",
+        1,
+        Duration::from_secs(20),
+    );
+    common_net::wait_for_status(
+        &exits,
+        "/congestion_control/xon_received",
+        1,
+        Duration::from_secs(20),
+    );
 }

@@ -241,3 +241,69 @@ pub fn run_json(mut cmd: Command, what: &str, limit: Duration) -> serde_json::Va
         )
     })
 }
+
+/// Write a network spec into `dir`; its path.
+pub fn write_spec(dir: &Path, text: &str) -> String {
+    let p = dir.join("spec.toml");
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+/// A node's `status.json` (null while it is being rewritten or absent).
+pub fn node_status(node: &NodeInfo) -> serde_json::Value {
+    std::fs::read_to_string(node.data_dir.join("status.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// A counter (JSON pointer `ptr`) summed over nodes' `status.json`.
+pub fn status_sum(nodes: &[&NodeInfo], ptr: &str) -> u64 {
+    nodes
+        .iter()
+        .map(|n| {
+            node_status(n)
+                .pointer(ptr)
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Wait (polling; nodes rewrite `status.json` about every second) until
+/// the counter `ptr` summed over `nodes` reaches `at_least`; its value.
+pub fn wait_for_status(nodes: &[&NodeInfo], ptr: &str, at_least: u64, limit: Duration) -> u64 {
+    wait_for(
+        &format!("{ptr} >= {at_least}"),
+        limit,
+        Duration::from_millis(200),
+        || {
+            let v = status_sum(nodes, ptr);
+            (v >= at_least).then_some(v)
+        },
+    )
+}
+
+/// Send `n` bytes to the sink's echo port through `proxy` and check the
+/// echo (an upload and a download on one stream), SHA-256.
+pub async fn echo_verified(proxy: SocketAddr, echo: SocketAddr, n: usize) {
+    use sha2::{Digest, Sha256};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = socks::connect(proxy, &Target::Addr(echo), None, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (mut rd, mut wr) = tokio::io::split(s);
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 % 253) as u8).collect();
+    let want = Sha256::digest(&data);
+    let writer = tokio::spawn(async move {
+        wr.write_all(&data).await.unwrap();
+        wr
+    });
+    let mut got = vec![0u8; n];
+    tokio::time::timeout(Duration::from_secs(180), rd.read_exact(&mut got))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    let _wr = writer.await.unwrap();
+    assert_eq!(Sha256::digest(&got), want, "echo of {n} bytes differs");
+}

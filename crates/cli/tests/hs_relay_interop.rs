@@ -72,7 +72,7 @@ config = ["stats_interval_secs = 1"]
 impl = "tor"
 role = "client"
 count = 1
-torrc = ["ExcludeNodes auth0,auth1,auth2", "ConfluxEnabled 0"]
+torrc = ["ExcludeNodes auth0,auth1,auth2"]
 "#,
         hsdirs = OUR_RELAYS.join(",")
     );

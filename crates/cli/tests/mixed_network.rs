@@ -52,12 +52,9 @@ fn stock_client(info: &NetworkInfo, dir: &Path, path: [&str; 3]) -> (Extra, Sock
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    // ConfluxEnabled 0: onionmix relays do not implement conflux (they do
-    // not advertise Conflux=1), and tor 0.4.9 with ExitNodes limited to
-    // exits without it finds "no exits running" instead of falling back
-    // to plain circuits.
+    // Conflux stays at tor's default: onionmix exits end conflux sets too.
     torrc.push_str(&format!(
-        "DataDirectory {}\nSocksPort 127.0.0.1:{port}\nEntryNodes ${}\nMiddleNodes ${}\nExitNodes ${}\nStrictNodes 1\nConfluxEnabled 0\n",
+        "DataDirectory {}\nSocksPort 127.0.0.1:{port}\nEntryNodes ${}\nMiddleNodes ${}\nExitNodes ${}\nStrictNodes 1\n",
         data.display(),
         fp(info, path[0]),
         fp(info, path[1]),

@@ -256,6 +256,18 @@ pub fn circ_relay(data: &[u8]) {
                     | Inbound::BeginDir { stream }
                     | Inbound::Resolve { stream, .. }
                     | Inbound::Data { stream, .. } => assert_ne!(stream, 0),
+                    // The driver accepts the link: stream messages now
+                    // belong to the set.
+                    Inbound::ConfluxLink(_) => {
+                        assert!(!extend_pending && !circ.has_next() && circ.n_streams() == 0);
+                        circ.set_conflux_leg();
+                    }
+                    Inbound::Multiplexed { cmd, stream, .. } => {
+                        assert!(circ.is_conflux_leg());
+                        if cmd == onionmix_cell::relay::RelayCmd::DATA {
+                            assert_ne!(stream, 0);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -269,20 +281,24 @@ pub fn circ_relay(data: &[u8]) {
                 circ.next_gone();
                 extend_pending = false;
             }
-            4 => circ.stream_closed(inp.u16()),
+            4 => circ.streams_mut().stream_closed(inp.u16()),
             _ => {
                 now += Duration::from_millis(u64::from(inp.u8()));
                 let sid = inp.u16();
                 let cells = u32::from(inp.u8());
                 let buffered = usize::from(inp.u16());
                 flow.clear();
-                circ.stream_drained(sid, cells, cells as usize * 498, buffered, now, &mut flow);
-                let _ = circ.stream_buffered(sid, buffered, now);
+                let streams = circ.streams_mut();
+                streams.stream_drained(sid, cells, cells as usize * 498, buffered, now, &mut flow);
+                let _ = streams.stream_buffered(sid, buffered, now);
             }
         }
         assert!(circ.n_streams() <= MAX_EXIT_STREAMS);
     }
 }
+
+/// The nonce the `circ_client` target links with.
+const FUZZ_NONCE: onionmix_cell::relay::Nonce = onionmix_cell::relay::Nonce([0x5A; 32]);
 
 /// A client layer without encryption. Hop `i` recognizes a cell whose
 /// Recognized field is zero and whose first Digest byte is `i`.
@@ -328,7 +344,7 @@ pub fn circ_client(data: &[u8]) {
     let mut out = Vec::new();
     while !inp.is_empty() {
         out.clear();
-        match inp.u8() % 11 {
+        match inp.u8() % 12 {
             0 => {
                 let mut body = next_body(&mut inp);
                 let sid = u16::from_be_bytes([body[3], body[4]]);
@@ -349,13 +365,40 @@ pub fn circ_client(data: &[u8]) {
                     return;
                 }
                 check_out(&out);
+                let mut delivered = Vec::new();
                 for e in &events {
                     match e {
                         CircEvent::End { stream, .. } | CircEvent::Resolved { stream, .. } => {
                             sids.retain(|s| s != stream);
                         }
                         CircEvent::Destroyed { .. } => return,
+                        // The driver links the leg; the set hands the leg's
+                        // stream messages back to it as the home leg.
+                        CircEvent::ConfluxLinked(l) => {
+                            assert_eq!(l.nonce, FUZZ_NONCE, "LINKED for another nonce");
+                            circ.set_conflux_leg().expect("linked after LINK");
+                        }
+                        CircEvent::Multiplexed { cmd, stream, data } => {
+                            assert!(circ.is_conflux_leg());
+                            delivered.push((*cmd, *stream, data.clone()));
+                        }
                         _ => {}
+                    }
+                }
+                for (cmd, sid, data) in delivered {
+                    events.clear();
+                    if circ
+                        .handle_conflux_msg(cmd, sid, &data, now, &mut events)
+                        .is_err()
+                    {
+                        return;
+                    }
+                    for e in &events {
+                        if let CircEvent::End { stream, .. } | CircEvent::Resolved { stream, .. } =
+                            e
+                        {
+                            sids.retain(|s| s != stream);
+                        }
                     }
                 }
             }
@@ -443,6 +486,17 @@ pub fn circ_client(data: &[u8]) {
                 let sid = pick(&sids, inp.u8());
                 circ.forget_stream(sid);
                 sids.retain(|s| *s != sid);
+            }
+            10 => {
+                let link = onionmix_cell::relay::ConfluxLink {
+                    nonce: FUZZ_NONCE,
+                    last_seqno_sent: 0,
+                    last_seqno_recv: 0,
+                    desired_ux: 3,
+                };
+                if let Ok(cell) = circ.conflux_link(&link) {
+                    check_out(&[cell]);
+                }
             }
             _ => {
                 events.clear();

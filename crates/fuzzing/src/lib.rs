@@ -27,6 +27,7 @@
 
 pub mod cells;
 pub mod circuits;
+pub mod conflux;
 pub mod crypto;
 pub mod emu;
 pub mod fixtures;
@@ -44,6 +45,7 @@ mod input;
 
 pub use cells::{cell_codec, relay_msg};
 pub use circuits::{chan_initiator, chan_responder, circ_client, circ_relay};
+pub use conflux::conflux;
 pub use crypto::{circuit_handshake, ed25519_cert, link_certs, x509_cert};
 pub use emu::emu_packet;
 pub use frontend::{onion_addr, socks};
@@ -93,6 +95,7 @@ pub const TARGETS: &[Target] = &[
     t("chan_responder", chan_responder, 3_000),
     t("circ_client", circ_client, 20_000),
     t("circ_relay", circ_relay, 20_000),
+    t("conflux", conflux, 30_000),
     // crates/crypto
     t("ed25519_cert", ed25519_cert, 20_000),
     t("x509_cert", x509_cert, 5_000),

@@ -120,6 +120,7 @@ targets!(
     chan_responder,
     circ_client,
     circ_relay,
+    conflux,
     ed25519_cert,
     x509_cert,
     link_certs,

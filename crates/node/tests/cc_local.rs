@@ -4,106 +4,21 @@
 //! exit's consensus turns congestion control off.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
+mod inproc;
+
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
-use onionmix_cell::relay::{Begin, TargetHost};
+use inproc::{open, pattern, start_relay, start_target};
 use onionmix_link::TlsTransport;
 use onionmix_node::client::chanmgr::ChanMgr;
-use onionmix_node::client::circuit::{self, HopTarget};
-use onionmix_node::client::stream::Stream;
-use onionmix_node::reactor::{StreamEvent, StreamRequest};
-use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
+use onionmix_node::client::circuit;
+use onionmix_node::relay::RelayCtx;
 use onionmix_proto::cc::CcParams;
-
-async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
-    let cfg = RelayConfig::parse(&format!(
-        "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
-         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
-        dir.join(nick).display().to_string()
-    ))
-    .unwrap();
-    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
-    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
-    let addr = relay::start(ctx.clone()).await.unwrap();
-    let target = HopTarget {
-        ntor_v3: true,
-        flowctrl_cc: true,
-        params: Some(Arc::new(CcParams::default())),
-        ..HopTarget::local_relay(&ctx, addr)
-    };
-    (ctx, target)
-}
-
-fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 31 % 251) as u8).collect()
-}
-
-/// A TCP target: "bytes N\n" sends N pattern bytes and closes; "sink N
-/// D\n" waits D ms, then reads N bytes and answers their SHA-256.
-async fn start_target() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut line = Vec::new();
-                let mut b = [0u8; 1];
-                while !line.ends_with(b"\n") {
-                    if s.read_exact(&mut b).await.is_err() {
-                        return;
-                    }
-                    line.push(b[0]);
-                }
-                let line = String::from_utf8_lossy(&line).trim().to_string();
-                let words: Vec<&str> = line.split_whitespace().collect();
-                match words.as_slice() {
-                    ["bytes", n] => {
-                        let _ = s.write_all(&pattern(n.parse().unwrap())).await;
-                        let _ = s.shutdown().await;
-                    }
-                    ["sink", n, delay] => {
-                        let n: usize = n.parse().unwrap();
-                        tokio::time::sleep(Duration::from_millis(delay.parse().unwrap())).await;
-                        let mut got = vec![0u8; n];
-                        if s.read_exact(&mut got).await.is_ok() {
-                            let _ = s.write_all(&Sha256::digest(&got)).await;
-                        }
-                        let _ = s.shutdown().await;
-                    }
-                    _ => {}
-                }
-            });
-        }
-    });
-    addr
-}
-
-async fn open(circ: &circuit::Circuit, target: SocketAddr) -> Stream {
-    let (s, ev) = circ
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip(target.ip()),
-                port: target.port(),
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
-        .await
-        .expect("BEGIN");
-    assert!(matches!(ev, StreamEvent::Connected(_)));
-    s
-}
 
 async fn three_hops(tmp: &std::path::Path) -> (Arc<RelayCtx>, circuit::Circuit, ChanMgr) {
     let (_g, guard) = start_relay(tmp, "guard", false).await;

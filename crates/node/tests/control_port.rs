@@ -17,7 +17,6 @@ use onionmix_node::client::Client;
 use onionmix_node::client::config::ClientConfig;
 use onionmix_testsupport::ports::free_port;
 
-
 struct Fixture {
     client: Client,
     dir: tempfile::TempDir,

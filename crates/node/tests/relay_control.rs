@@ -20,7 +20,6 @@ use onionmix_node::client::circuit::{self, HopTarget};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 use onionmix_testsupport::ports::free_port;
 
-
 struct Relay {
     ctx: Arc<RelayCtx>,
     hop: HopTarget,

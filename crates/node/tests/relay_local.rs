@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod common;
+mod inproc;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,18 +21,9 @@ use onionmix_node::client::stream::StreamError;
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 
+/// Our relays here run with fixed windows (ntor, no congestion control).
 async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
-    let cfg = RelayConfig::parse(&format!(
-        "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
-         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
-        dir.join(nick).display().to_string()
-    ))
-    .unwrap();
-    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
-    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
-    let addr = relay::start(ctx.clone()).await.unwrap();
-    let target = HopTarget::local_relay(&ctx, addr);
-    (ctx, target)
+    inproc::start_relay_with(dir, nick, exit, false).await
 }
 
 /// A TCP server: "echo" mode echoes; a first line "bytes N" sends N

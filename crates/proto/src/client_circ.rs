@@ -10,7 +10,7 @@ use rand::{RngCore, SeedableRng, rngs::StdRng};
 
 use onionmix_cell::chan::{Created2, destroy_reason};
 use onionmix_cell::relay::{
-    self, Begin, End, Extend2, RelayCmd, RelayMsg, ResolvedAnswer, Sendme, end_reason,
+    self, Begin, ConfluxLink, End, Extend2, RelayCmd, RelayMsg, ResolvedAnswer, Sendme, end_reason,
 };
 use onionmix_cell::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN};
 
@@ -224,6 +224,24 @@ pub enum CircEvent {
         /// The port it asked for.
         port: u16,
     },
+    /// The exit answered our CONFLUX_LINK (nonce checked): LINKED_ACK is
+    /// in the cells to send; link the leg with
+    /// [`ClientCircuit::set_conflux_leg`].
+    ConfluxLinked(ConfluxLink),
+    /// CONFLUX_SWITCH from the exit on a leg.
+    ConfluxSwitch(u32),
+    /// A stream message on a conflux leg (DATA already counted for this
+    /// circuit's SENDMEs): sequence it in the set, then hand it to the
+    /// circuit that holds the set's streams
+    /// ([`ClientCircuit::handle_conflux_msg`]).
+    Multiplexed {
+        /// Relay command.
+        cmd: RelayCmd,
+        /// Stream.
+        stream: u16,
+        /// Message data.
+        data: Vec<u8>,
+    },
 }
 
 /// The client side of one circuit.
@@ -238,6 +256,7 @@ pub struct ClientCircuit {
     extending: bool,
     closed: bool,
     accept_incoming: bool,
+    conflux: conflux::LegState,
     rng: StdRng,
 }
 
@@ -269,6 +288,7 @@ impl ClientCircuit {
             extending: false,
             closed: false,
             accept_incoming: false,
+            conflux: conflux::LegState::None,
             rng,
         }
     }
@@ -613,44 +633,25 @@ impl ClientCircuit {
             return self.incoming_begin(hop, body, events, out);
         }
         let (sid, msg) = RelayMsg::decode(body)?;
-        // A stream message from a hop other than the stream's is a
-        // protocol violation.
-        if sid != 0
-            && let Some(s) = self.streams.get(&sid)
-            && s.hop != hop
-        {
-            return Err(CircError::Protocol("stream cell from the wrong hop"));
+        if self.conflux_intercept(hop, sid, &msg, relay::data(body)?, digest, events, out)? {
+            return Ok(());
         }
         match msg {
-            RelayMsg::Data(d) => {
+            RelayMsg::Data(_) => {
                 if sid == 0 {
                     return Err(CircError::Protocol("DATA on stream 0"));
                 }
-                self.hops[hop].deliver.on_received()?;
-                if self.hops[hop].deliver.sendme_due() {
-                    self.hops[hop].deliver.on_sendme_sent();
-                    let m = Sendme::Authenticated(digest).encode();
-                    out.push(self.out(hop, RelayCmd::SENDME, 0, &m, false)?);
-                }
-                if let Some(s) = self.streams.get_mut(&sid) {
-                    if !matches!(s.kind, StreamKind::Open | StreamKind::Incoming) {
-                        return Err(CircError::Protocol("DATA before CONNECTED"));
-                    }
-                    s.rx.on_data()?;
-                    events.push(CircEvent::Data {
-                        stream: sid,
-                        data: d.to_vec(),
-                    });
-                } else {
-                    let v = self.half.on_data(sid, now);
-                    self.note_half(v);
-                }
+                self.count_data(hop, digest, out)?;
+                self.stream_msg(hop, sid, msg, now, events)?;
             }
             RelayMsg::Sendme(m) => {
                 if sid == 0 {
                     self.hops[hop].send.on_sendme(&m, now, chan)?;
                     events.push(CircEvent::Sendme { stream: 0 });
                 } else if let Some(s) = self.streams.get_mut(&sid) {
+                    if s.hop != hop {
+                        return Err(CircError::Protocol("stream cell from the wrong hop"));
+                    }
                     s.tx.on_sendme()?;
                     events.push(CircEvent::Sendme { stream: sid });
                 } else {
@@ -658,73 +659,11 @@ impl ClientCircuit {
                     self.note_half(v);
                 }
             }
-            RelayMsg::Xoff | RelayMsg::Xon(_) => {
-                let Some(s) = self.streams.get_mut(&sid) else {
-                    let v = self.half.on_xon_xoff(sid, now);
-                    self.note_half(v);
-                    return Ok(());
-                };
-                let valid = match msg {
-                    RelayMsg::Xon(x) => {
-                        let v = s.tx.on_xon(x.kbps_ewma)?;
-                        self.stats.xon_received += 1;
-                        events.push(CircEvent::Xon {
-                            stream: sid,
-                            kbps: x.kbps_ewma,
-                        });
-                        v
-                    }
-                    _ => {
-                        let v = s.tx.on_xoff()?;
-                        self.stats.xoff_received += 1;
-                        events.push(CircEvent::Xoff { stream: sid });
-                        v
-                    }
-                };
-                if !valid {
-                    self.stats.early_xon_xoff += 1;
-                }
-            }
-            RelayMsg::Connected(c) => {
-                if let Some(s) = self.streams.get_mut(&sid) {
-                    if s.kind != StreamKind::Connecting {
-                        return Err(CircError::Protocol("unexpected CONNECTED"));
-                    }
-                    s.kind = StreamKind::Open;
-                    events.push(CircEvent::Connected {
-                        stream: sid,
-                        addr: c.addr.map(|(a, _)| a),
-                    });
-                } else {
-                    let v = self.half.on_connected(sid);
-                    self.note_half(v);
-                }
-            }
-            RelayMsg::End(e) => {
-                if self.streams.remove(&sid).is_some() {
-                    events.push(CircEvent::End {
-                        stream: sid,
-                        reason: e.reason,
-                    });
-                } else {
-                    let v = self.half.on_end(sid);
-                    self.note_half(v);
-                }
-            }
-            RelayMsg::Resolved(answers) => {
-                if let Some(s) = self.streams.remove(&sid) {
-                    if s.kind != StreamKind::Resolving {
-                        return Err(CircError::Protocol("unexpected RESOLVED"));
-                    }
-                    events.push(CircEvent::Resolved {
-                        stream: sid,
-                        answers,
-                    });
-                } else {
-                    let v = self.half.on_end(sid);
-                    self.note_half(v);
-                }
-            }
+            RelayMsg::Xoff
+            | RelayMsg::Xon(_)
+            | RelayMsg::Connected(_)
+            | RelayMsg::End(_)
+            | RelayMsg::Resolved(_) => self.stream_msg(hop, sid, msg, now, events)?,
             RelayMsg::Extended2(c) => {
                 if !self.extending || hop != self.hops.len() - 1 {
                     return Err(CircError::Protocol("unexpected EXTENDED2"));
@@ -747,10 +686,33 @@ impl ClientCircuit {
             | RelayMsg::Extend2(_)
             | RelayMsg::Truncate
             | RelayMsg::Resolve(_)
-            | RelayMsg::BeginDir => {
+            | RelayMsg::BeginDir
+            | RelayMsg::ConfluxLink(_)
+            | RelayMsg::ConfluxLinkedAck => {
                 return Err(CircError::Protocol("forward-only relay command from a hop"));
             }
+            RelayMsg::ConfluxLinked(_) | RelayMsg::ConfluxSwitch(_) => {
+                // (conflux_intercept took the valid ones.)
+                return Err(CircError::Protocol("unexpected conflux message"));
+            }
             RelayMsg::Unknown(..) => {}
+        }
+        Ok(())
+    }
+
+    /// A DATA cell from `hop` counts for its deliver window; a circuit
+    /// SENDME (authenticated with `digest`) may be due.
+    fn count_data(
+        &mut self,
+        hop: usize,
+        digest: [u8; 20],
+        out: &mut Vec<OutCell>,
+    ) -> Result<(), CircError> {
+        self.hops[hop].deliver.on_received()?;
+        if self.hops[hop].deliver.sendme_due() {
+            self.hops[hop].deliver.on_sendme_sent();
+            let m = Sendme::Authenticated(digest).encode();
+            out.push(self.out(hop, RelayCmd::SENDME, 0, &m, false)?);
         }
         Ok(())
     }
@@ -769,6 +731,16 @@ impl ClientCircuit {
 
 #[path = "client_circ_hs.rs"]
 mod hs;
+
+#[path = "client_circ_conflux.rs"]
+mod conflux;
+
+#[path = "client_circ_streams.rs"]
+mod streams;
+
+#[cfg(test)]
+#[path = "client_circ_testutil.rs"]
+mod testutil;
 
 /// END reason the client reports when a circuit dies under a stream.
 pub const END_REASON_CIRCUIT_GONE: u8 = end_reason::DESTROY;

@@ -104,55 +104,10 @@ mod tests {
 
     use super::*;
     use crate::cc::ChanSignal;
-    use crate::layer::ClientLayer;
     use onionmix_cell::relay::RelayMsg;
-    use onionmix_cell::{CellBody, PAYLOAD_LEN};
     use std::time::Instant;
 
-    /// A toy layer: XOR with a key byte; the digest field carries the key.
-    struct Xor(u8);
-
-    impl ClientLayer for Xor {
-        fn originate_forward(&mut self, body: &mut CellBody) -> [u8; 20] {
-            body[5..9].copy_from_slice(&[self.0; 4]);
-            [self.0; 20]
-        }
-        fn encrypt_forward(&mut self, body: &mut CellBody) {
-            body.iter_mut().for_each(|b| *b ^= self.0);
-        }
-        fn decrypt_backward(&mut self, body: &mut CellBody) -> Option<[u8; 20]> {
-            body.iter_mut().for_each(|b| *b ^= self.0);
-            (body[1..3] == [0, 0] && body[5..9] == [self.0; 4]).then_some([self.0; 20])
-        }
-    }
-
-    fn circuit(keys: &[u8]) -> ClientCircuit {
-        let mut c = ClientCircuit::new(Box::new(Xor(keys[0])), Default::default());
-        for k in &keys[1..] {
-            c.add_hop(Box::new(Xor(*k)), None);
-        }
-        c
-    }
-
-    /// A cell as hop `hop` of a circuit with `keys` would send it back.
-    fn from_hop(keys: &[u8], hop: usize, cmd: RelayCmd, sid: u16, data: &[u8]) -> CellBody {
-        let mut b = [0u8; PAYLOAD_LEN];
-        relay::write(&mut b, cmd, sid, data, |p| p.fill(0)).unwrap();
-        b[5..9].copy_from_slice(&[keys[hop]; 4]);
-        for k in keys[..=hop].iter().rev() {
-            b.iter_mut().for_each(|x| *x ^= *k);
-        }
-        b
-    }
-
-    /// What hop `hop` sees of an outbound cell.
-    fn at_hop(keys: &[u8], hop: usize, cell: &OutCell) -> CellBody {
-        let mut b = cell.body;
-        for k in &keys[..=hop] {
-            b.iter_mut().for_each(|x| *x ^= *k);
-        }
-        b
-    }
+    use crate::client_circ::testutil::{Xor, at_hop, circuit, from_hop};
 
     #[test]
     fn hs_messages_go_to_and_come_from_the_last_hop() {

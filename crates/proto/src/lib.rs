@@ -8,6 +8,7 @@ pub mod cbt;
 pub mod cc;
 pub mod channel;
 pub mod client_circ;
+pub mod conflux;
 pub mod exitpolicy;
 pub mod flow;
 pub mod halfclosed;

@@ -6,23 +6,23 @@
 //! cells travelling towards the client are encrypted by whichever task
 //! receives them; this machine only decides.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use onionmix_cell::chan::destroy_reason;
-use onionmix_cell::relay::{Begin, Extend2, RelayCmd, RelayMsg, Sendme};
+use onionmix_cell::relay::{self, Begin, ConfluxLink, Extend2, RelayCmd, RelayMsg, Sendme};
 use onionmix_cell::{CellBody, CellError};
 
 use crate::cc::CcParams;
+use crate::conflux::should_multiplex;
 use crate::flow::{DeliverWindow, FlowError};
 use crate::layer::RelayLayer;
-use crate::xonxoff::{FlowRx, StreamFlowMsg, StreamRx};
+
+#[path = "exit_streams.rs"]
+mod exit_streams;
+pub use exit_streams::{ExitStreams, MAX_EXIT_STREAMS};
 
 /// Most RELAY_EARLY cells accepted on one circuit (tor-spec §5.6).
 pub const MAX_RELAY_EARLY_IN: u8 = 8;
-/// Most streams on one exit circuit.
-pub const MAX_EXIT_STREAMS: usize = 512;
 
 /// What to do with a cell that came from the client side.
 #[derive(Debug)]
@@ -101,6 +101,30 @@ pub enum Inbound<'a> {
         /// The message data (borrowed from the cell).
         data: &'a [u8],
     },
+    /// CONFLUX_LINK (proposal 329): link this circuit into the set its
+    /// nonce names (this circuit ends here, has congestion control and no
+    /// streams, and saw no LINK before).
+    ConfluxLink(ConfluxLink),
+    /// CONFLUX_LINKED_ACK on a conflux leg.
+    ConfluxLinkedAck,
+    /// CONFLUX_SWITCH on a conflux leg, with its relative sequence number.
+    ConfluxSwitch(u32),
+    /// A stream message on a conflux leg: it belongs to the set, not to
+    /// this circuit. `sequenced` ones (the multiplexed commands) go
+    /// through the set's sequence numbers and reorder queue, then to the
+    /// set's [`ExitStreams::handle`]; BEGIN_DIR (circuit-specific in tor)
+    /// goes there at once. A DATA cell was already counted in this
+    /// circuit's deliver window.
+    Multiplexed {
+        /// Relay command.
+        cmd: RelayCmd,
+        /// Stream.
+        stream: u16,
+        /// The message data (borrowed from the cell).
+        data: &'a [u8],
+        /// Whether it carries a sequence number.
+        sequenced: bool,
+    },
     /// Nothing to do (DROP, unknown commands, data for closed streams).
     Nothing,
 }
@@ -137,11 +161,6 @@ pub struct Handled<'a> {
     pub circ_sendme: Option<[u8; 20]>,
 }
 
-#[derive(Debug)]
-struct ExitStream {
-    rx: StreamRx,
-}
-
 /// The relay-side, client-facing half of a circuit.
 pub struct RelayCircuit {
     fwd: Box<dyn RelayLayer>,
@@ -150,7 +169,12 @@ pub struct RelayCircuit {
     extending: bool,
     deliver: DeliverWindow,
     cc: Option<Arc<CcParams>>,
-    streams: HashMap<u16, ExitStream>,
+    streams: ExitStreams,
+    /// A CONFLUX_LINK arrived (at most one per circuit).
+    link_seen: bool,
+    /// The circuit is a leg of a conflux set: stream messages belong to
+    /// the set.
+    leg: bool,
 }
 
 impl std::fmt::Debug for RelayCircuit {
@@ -177,9 +201,20 @@ impl RelayCircuit {
             has_next: false,
             extending: false,
             deliver,
+            streams: ExitStreams::new(cc.clone()),
             cc,
-            streams: HashMap::new(),
+            link_seen: false,
+            leg: false,
         }
+    }
+
+    /// The circuit became a conflux leg (its CONFLUX_LINK was accepted).
+    pub fn set_conflux_leg(&mut self) {
+        self.leg = true;
+    }
+    /// Whether it is a conflux leg.
+    pub fn is_conflux_leg(&self) -> bool {
+        self.leg
     }
 
     /// Whether congestion control runs on this circuit.
@@ -229,6 +264,35 @@ impl RelayCircuit {
         let body: &'a CellBody = body;
         let (sid, msg) = RelayMsg::decode(body)?;
         let mut circ_sendme = None;
+        let cmd = msg.cmd();
+        if matches!(msg, RelayMsg::Data(_)) {
+            if sid == 0 {
+                return Err(RelayCircError::Protocol("DATA with stream 0"));
+            }
+            // Counted on the circuit it came on, in or out of order
+            // (proposal 329 §2.5).
+            self.deliver.on_received()?;
+            if self.deliver.sendme_due() {
+                self.deliver.on_sendme_sent();
+                circ_sendme = Some(digest);
+            }
+        }
+        if self.leg && (should_multiplex(cmd) || cmd == RelayCmd::BEGIN_DIR) {
+            if matches!(cmd, RelayCmd::CONNECTED | RelayCmd::RESOLVED) {
+                return Err(RelayCircError::Protocol(
+                    "backward-only command from client",
+                ));
+            }
+            return Ok(Handled {
+                action: Inbound::Multiplexed {
+                    cmd,
+                    stream: sid,
+                    data: relay::data(body)?,
+                    sequenced: cmd != RelayCmd::BEGIN_DIR,
+                },
+                circ_sendme,
+            });
+        }
         let action = match msg {
             RelayMsg::Extend2(e) => {
                 if !early {
@@ -237,57 +301,26 @@ impl RelayCircuit {
                 if self.has_next || self.extending {
                     return Err(RelayCircError::Protocol("circuit already extended"));
                 }
-                if !self.streams.is_empty() {
+                if !self.streams.is_empty() || self.link_seen {
                     return Err(RelayCircError::Protocol(
-                        "EXTEND2 on a circuit with streams",
+                        "EXTEND2 on a circuit with streams or conflux",
                     ));
                 }
                 self.extending = true;
                 Inbound::Extend(e)
             }
-            RelayMsg::Begin(b) => {
-                self.check_new_stream(sid)?;
-                Inbound::Begin {
-                    stream: sid,
-                    begin: b,
-                }
+            RelayMsg::Begin(_) | RelayMsg::BeginDir if self.has_next => {
+                return Err(RelayCircError::Protocol(
+                    "BEGIN on a circuit that continues",
+                ));
             }
-            RelayMsg::BeginDir => {
-                self.check_new_stream(sid)?;
-                Inbound::BeginDir { stream: sid }
-            }
-            RelayMsg::Resolve(name) => {
-                if sid == 0 {
-                    return Err(RelayCircError::Protocol("RESOLVE with stream 0"));
-                }
-                Inbound::Resolve { stream: sid, name }
-            }
-            RelayMsg::Data(d) => {
-                if sid == 0 {
-                    return Err(RelayCircError::Protocol("DATA with stream 0"));
-                }
-                self.deliver.on_received()?;
-                if self.deliver.sendme_due() {
-                    self.deliver.on_sendme_sent();
-                    circ_sendme = Some(digest);
-                }
-                if let Some(s) = self.streams.get_mut(&sid) {
-                    s.rx.on_data()?;
-                    Inbound::Data {
-                        stream: sid,
-                        data: d,
-                    }
-                } else {
-                    Inbound::Nothing
-                }
-            }
-            RelayMsg::End(e) => {
-                self.streams.remove(&sid);
-                Inbound::End {
-                    stream: sid,
-                    reason: e.reason,
-                }
-            }
+            m @ (RelayMsg::Begin(_)
+            | RelayMsg::BeginDir
+            | RelayMsg::Resolve(_)
+            | RelayMsg::Data(_)
+            | RelayMsg::End(_)
+            | RelayMsg::Xoff
+            | RelayMsg::Xon(_)) => self.streams.handle(sid, m)?,
             RelayMsg::Sendme(m) => {
                 if sid != 0 && self.cc.is_some() {
                     // tor: "Congestion control got stream sendme".
@@ -298,21 +331,35 @@ impl RelayCircuit {
                     msg: m,
                 }
             }
-            RelayMsg::Xoff | RelayMsg::Xon(_) => {
-                if self.cc.is_none() || sid == 0 {
-                    return Err(FlowError::UnexpectedXonXoff.into());
+            RelayMsg::ConfluxLink(l) => {
+                // tor's conflux_process_link checks, and 0.4.9's refusal
+                // of a circuit that already carries streams.
+                if self.link_seen {
+                    return Err(RelayCircError::Protocol("second CONFLUX_LINK"));
                 }
-                if !self.streams.contains_key(&sid) {
-                    Inbound::Nothing
-                } else if let RelayMsg::Xon(x) = msg {
-                    Inbound::Xon {
-                        stream: sid,
-                        kbps: x.kbps_ewma,
-                    }
-                } else {
-                    Inbound::Xoff { stream: sid }
+                if self.has_next || self.extending {
+                    return Err(RelayCircError::Protocol("CONFLUX_LINK with further hops"));
                 }
+                if self.cc.is_none() {
+                    return Err(RelayCircError::Protocol(
+                        "CONFLUX_LINK without congestion control",
+                    ));
+                }
+                if !self.streams.is_empty() {
+                    return Err(RelayCircError::Protocol(
+                        "CONFLUX_LINK on a circuit with streams",
+                    ));
+                }
+                self.link_seen = true;
+                Inbound::ConfluxLink(l)
             }
+            RelayMsg::ConfluxLinkedAck | RelayMsg::ConfluxSwitch(_) if !self.leg => {
+                return Err(RelayCircError::Protocol(
+                    "conflux message on a circuit that is not a leg",
+                ));
+            }
+            RelayMsg::ConfluxLinkedAck => Inbound::ConfluxLinkedAck,
+            RelayMsg::ConfluxSwitch(seq) => Inbound::ConfluxSwitch(seq),
             RelayMsg::Truncate => Inbound::Truncate,
             RelayMsg::Unknown(cmd, data) if is_onion_service_cmd(cmd) => Inbound::OnionService {
                 cmd,
@@ -323,7 +370,8 @@ impl RelayCircuit {
             RelayMsg::Connected(_)
             | RelayMsg::Resolved(_)
             | RelayMsg::Extended2(_)
-            | RelayMsg::Truncated(_) => {
+            | RelayMsg::Truncated(_)
+            | RelayMsg::ConfluxLinked(_) => {
                 return Err(RelayCircError::Protocol(
                     "backward-only command from client",
                 ));
@@ -335,66 +383,15 @@ impl RelayCircuit {
         })
     }
 
-    /// A stream ended from the exit side (connect failed, target closed).
-    pub fn stream_closed(&mut self, sid: u16) {
-        self.streams.remove(&sid);
-    }
-
-    /// Data for `sid` was queued towards its target: `buffered` bytes wait.
-    /// With congestion control this may call for an XOFF.
-    pub fn stream_buffered(
-        &mut self,
-        sid: u16,
-        buffered: usize,
-        now: Instant,
-    ) -> Option<StreamFlowMsg> {
-        self.streams
-            .get_mut(&sid)
-            .and_then(|s| s.rx.on_buffered(buffered, now))
-    }
-
-    /// The target took `cells` cells (`bytes` bytes) of `sid`; `buffered`
-    /// bytes remain. Stream SENDMEs or XONs to send are appended to `out`.
-    pub fn stream_drained(
-        &mut self,
-        sid: u16,
-        cells: u32,
-        bytes: usize,
-        buffered: usize,
-        now: Instant,
-        out: &mut Vec<StreamFlowMsg>,
-    ) {
-        if let Some(s) = self.streams.get_mut(&sid) {
-            s.rx.on_drained(cells, bytes, buffered, now, out);
-        }
-    }
-
     /// Number of open exit streams.
     pub fn n_streams(&self) -> usize {
         self.streams.len()
     }
 
-    fn check_new_stream(&mut self, sid: u16) -> Result<(), RelayCircError> {
-        if sid == 0 {
-            return Err(RelayCircError::Protocol("stream ID 0"));
-        }
-        if self.has_next {
-            return Err(RelayCircError::Protocol(
-                "BEGIN on a circuit that continues",
-            ));
-        }
-        if self.streams.contains_key(&sid) {
-            return Err(RelayCircError::Protocol("duplicate stream ID"));
-        }
-        if self.streams.len() >= MAX_EXIT_STREAMS {
-            return Err(RelayCircError::Protocol("too many streams"));
-        }
-        let rx = match &self.cc {
-            Some(p) => StreamRx::Flow(FlowRx::new(p, false)),
-            None => StreamRx::window(),
-        };
-        self.streams.insert(sid, ExitStream { rx });
-        Ok(())
+    /// The circuit's own exit streams (their flow control: closed from
+    /// our side, data queued towards or drained by the target).
+    pub fn streams_mut(&mut self) -> &mut ExitStreams {
+        &mut self.streams
     }
 }
 
@@ -476,5 +473,141 @@ mod tests {
             c.handle_inbound(false, &mut b).unwrap().action,
             Inbound::Forward { early: false }
         ));
+    }
+
+    fn cc_circ() -> RelayCircuit {
+        RelayCircuit::new(Box::new(Clear), Some((Arc::new(CcParams::default()), 31)))
+    }
+
+    fn link_body() -> Vec<u8> {
+        onionmix_cell::relay::ConfluxLink {
+            nonce: onionmix_cell::relay::Nonce([5; 32]),
+            last_seqno_sent: 0,
+            last_seqno_recv: 0,
+            desired_ux: 3,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn conflux_link_is_checked_as_tor_checks_it() {
+        // Without congestion control: refused.
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        assert!(c.handle_inbound(false, &mut b).is_err());
+        // With it: accepted once.
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        assert!(matches!(
+            c.handle_inbound(false, &mut b).unwrap().action,
+            Inbound::ConfluxLink(_)
+        ));
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        assert!(c.handle_inbound(false, &mut b).is_err(), "second LINK");
+        // On a circuit with streams (tor 0.4.9), or that continues.
+        let mut c = cc_circ();
+        let begin = Begin {
+            host: onionmix_cell::relay::TargetHost::Hostname("example.com".into()),
+            port: 80,
+            flags: 0,
+        };
+        let mut b = body(RelayCmd::BEGIN, 3, &begin.encode());
+        c.handle_inbound(false, &mut b).unwrap();
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        assert!(c.handle_inbound(false, &mut b).is_err());
+        let mut c = cc_circ();
+        c.extended(true);
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        assert!(c.handle_inbound(false, &mut b).is_err());
+        // A malformed body closes the circuit.
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body()[..20]);
+        assert!(c.handle_inbound(false, &mut b).is_err());
+        // LINKED is client-bound.
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_LINKED, 0, &link_body());
+        assert!(c.handle_inbound(false, &mut b).is_err());
+    }
+
+    #[test]
+    fn switch_and_ack_only_on_legs_and_legs_hand_stream_messages_to_their_set() {
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_SWITCH, 0, &7u32.to_be_bytes());
+        assert!(c.handle_inbound(false, &mut b).is_err(), "SWITCH off a leg");
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_LINKED_ACK, 0, &[]);
+        assert!(c.handle_inbound(false, &mut b).is_err(), "ACK off a leg");
+
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        c.handle_inbound(false, &mut b).unwrap();
+        c.set_conflux_leg();
+        assert!(c.is_conflux_leg());
+        let mut b = body(RelayCmd::CONFLUX_SWITCH, 0, &7u32.to_be_bytes());
+        assert!(matches!(
+            c.handle_inbound(false, &mut b).unwrap().action,
+            Inbound::ConfluxSwitch(7)
+        ));
+        let mut b = body(RelayCmd::CONFLUX_LINKED_ACK, 0, &[]);
+        assert!(matches!(
+            c.handle_inbound(false, &mut b).unwrap().action,
+            Inbound::ConfluxLinkedAck
+        ));
+        // A short SWITCH is malformed.
+        let mut b = body(RelayCmd::CONFLUX_SWITCH, 0, &[1, 2]);
+        assert!(c.handle_inbound(false, &mut b).is_err());
+        let mut c = cc_circ();
+        let mut b = body(RelayCmd::CONFLUX_LINK, 0, &link_body());
+        c.handle_inbound(false, &mut b).unwrap();
+        c.set_conflux_leg();
+        // DATA still counts for this circuit's SENDMEs, but is the set's.
+        let mut sendmes = 0;
+        for _ in 0..31 {
+            let mut b = body(RelayCmd::DATA, 9, b"abc");
+            let h = c.handle_inbound(false, &mut b).unwrap();
+            sendmes += usize::from(h.circ_sendme.is_some());
+            match h.action {
+                Inbound::Multiplexed {
+                    cmd,
+                    stream,
+                    data,
+                    sequenced,
+                } => {
+                    assert_eq!(
+                        (cmd, stream, data, sequenced),
+                        (RelayCmd::DATA, 9, &b"abc"[..], true)
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(sendmes, 1);
+        let mut b = body(RelayCmd::BEGIN_DIR, 4, &[]);
+        assert!(matches!(
+            c.handle_inbound(false, &mut b).unwrap().action,
+            Inbound::Multiplexed {
+                sequenced: false,
+                ..
+            }
+        ));
+        // A leg is never extended (a fresh circuit would be).
+        let ext = Extend2 {
+            specs: Vec::new(),
+            create: onionmix_cell::chan::Create2 {
+                htype: 2,
+                hdata: vec![0; 84],
+            },
+        }
+        .encode()
+        .unwrap();
+        let mut b = body(RelayCmd::EXTEND2, 0, &ext);
+        assert!(c.handle_inbound(true, &mut b).is_err());
+        let mut fresh = cc_circ();
+        let mut b = body(RelayCmd::EXTEND2, 0, &ext);
+        assert!(matches!(
+            fresh.handle_inbound(true, &mut b).unwrap().action,
+            Inbound::Extend(_)
+        ));
+        assert_eq!(c.n_streams(), 0);
     }
 }

@@ -72,9 +72,14 @@ fn now_unix() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Parse a `650 CIRC <id> <status> [path] [key=value...]` line.
+/// Parse a `650 CIRC <id> <status> [path] [key=value...]` line, or a
+/// `650 CIRC_MINOR <id> <event> ...` one (the event, e.g.
+/// `PURPOSE_CHANGED`, is then the status).
 pub fn parse_circ_event(line: &str) -> Option<CircEvent> {
-    let rest = line.trim_end().strip_prefix("650 CIRC ")?;
+    let line = line.trim_end();
+    let rest = line
+        .strip_prefix("650 CIRC ")
+        .or_else(|| line.strip_prefix("650 CIRC_MINOR "))?;
     let mut words = rest.split(' ');
     let id = words.next().filter(|w| !w.is_empty())?;
     let status = words.next().filter(|w| !w.is_empty())?;
@@ -427,19 +432,22 @@ pub fn parse_circ_bw(line: &str) -> Option<CircBw> {
     (!ev.id.is_empty()).then_some(ev)
 }
 
-/// A running `CIRC_BW` watch.
-pub struct CircBwWatch {
+/// A running watch of control-port events, collecting those its filter
+/// keeps.
+pub struct EventWatch<T> {
     stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Vec<CircBw>>,
+    task: JoinHandle<Vec<T>>,
 }
 
-/// Most `CIRC_BW` events kept by a watch.
-const MAX_CIRC_BW: usize = 100_000;
+/// A running `CIRC_BW` watch.
+pub type CircBwWatch = EventWatch<CircBw>;
 
-impl CircBwWatch {
-    /// Stop and return the events seen that carried congestion-control
-    /// fields (`CWND=`).
-    pub async fn finish(mut self) -> Vec<CircBw> {
+/// Most events kept by a watch.
+const MAX_WATCHED: usize = 100_000;
+
+impl<T> EventWatch<T> {
+    /// Stop and return the events kept.
+    pub async fn finish(mut self) -> Vec<T> {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -447,14 +455,16 @@ impl CircBwWatch {
     }
 }
 
-/// Connect to a stock tor's control port and collect its `CIRC_BW`
-/// events with congestion-control fields until [`CircBwWatch::finish`].
-pub async fn watch_circ_bw(
+/// Subscribe to `events` and keep what `keep` makes of each line until
+/// [`EventWatch::finish`].
+async fn watch_events<T: Send + 'static>(
     addr: SocketAddr,
     cookie_file: &Path,
+    events: &str,
     timeout: Duration,
-) -> Result<CircBwWatch, String> {
-    let (mut rd, wr) = subscribe(addr, cookie_file, "CIRC_BW", timeout).await?;
+    keep: fn(&str) -> Option<T>,
+) -> Result<EventWatch<T>, String> {
+    let (mut rd, wr) = subscribe(addr, cookie_file, events, timeout).await?;
     let (stop_tx, mut stop_rx) = oneshot::channel();
     let task = tokio::spawn(async move {
         let _keep = wr;
@@ -465,9 +475,8 @@ pub async fn watch_circ_bw(
                 biased;
                 r = read_line(&mut rd, &mut line) => match r {
                     Ok(()) => {
-                        if let Some(ev) = parse_circ_bw(&line)
-                            && ev.cwnd.is_some()
-                            && seen.len() < MAX_CIRC_BW
+                        if let Some(ev) = keep(&line)
+                            && seen.len() < MAX_WATCHED
                         {
                             seen.push(ev);
                         }
@@ -479,10 +488,41 @@ pub async fn watch_circ_bw(
         }
         seen
     });
-    Ok(CircBwWatch {
+    Ok(EventWatch {
         stop: Some(stop_tx),
         task,
     })
+}
+
+/// Connect to a stock tor's control port and collect its `CIRC_BW`
+/// events with congestion-control fields until [`EventWatch::finish`].
+pub async fn watch_circ_bw(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    timeout: Duration,
+) -> Result<CircBwWatch, String> {
+    watch_events(addr, cookie_file, "CIRC_BW", timeout, |l| {
+        parse_circ_bw(l).filter(|e| e.cwnd.is_some())
+    })
+    .await
+}
+
+/// Connect to a tor control port and collect its `CIRC` and `CIRC_MINOR`
+/// events (a conflux leg's `PURPOSE_CHANGED` to `CONFLUX_LINKED` is a
+/// `CIRC_MINOR` event) until [`EventWatch::finish`].
+pub async fn watch_circ_events(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    timeout: Duration,
+) -> Result<EventWatch<CircEvent>, String> {
+    watch_events(
+        addr,
+        cookie_file,
+        "CIRC CIRC_MINOR",
+        timeout,
+        parse_circ_event,
+    )
+    .await
 }
 
 /// Connect to a tor control port, authenticate with the cookie in

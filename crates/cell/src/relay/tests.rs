@@ -63,6 +63,16 @@ fn messages_roundtrip() {
         kbps_ewma: 0xDEAD_BEEF,
     }));
     roundtrip(RelayMsg::Xoff);
+    let link = ConfluxLink {
+        nonce: Nonce([3; 32]),
+        last_seqno_sent: 5,
+        last_seqno_recv: 6,
+        desired_ux: conflux::ux::MIN_LATENCY,
+    };
+    roundtrip(RelayMsg::ConfluxLink(link));
+    roundtrip(RelayMsg::ConfluxLinked(link));
+    roundtrip(RelayMsg::ConfluxLinkedAck);
+    roundtrip(RelayMsg::ConfluxSwitch(123_456));
 }
 
 #[test]

@@ -4,8 +4,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use onionmix_cell::chan::{AuthChallenge, Create2, Created2, HTYPE_NTOR, Netinfo, encode_versions};
 use onionmix_cell::relay::{
-    Begin, Connected, End, Extend2, LinkSpec, RelayCmd, RelayMsg, ResolvedAnswer, Sendme,
-    TargetHost, end_reason,
+    Begin, ConfluxLink, Connected, End, Extend2, LinkSpec, Nonce, RelayCmd, RelayMsg,
+    ResolvedAnswer, Sendme, TargetHost, end_reason,
 };
 use onionmix_cell::{ChanCmd, RawCell};
 use onionmix_crypto::link_auth::build_authenticate_payload;
@@ -101,7 +101,21 @@ pub(super) fn relay_messages() -> Vec<(&'static str, RelayMsg<'static>)> {
         ),
         ("begin-dir", RelayMsg::BeginDir),
         ("xon", RelayMsg::Unknown(RelayCmd::XON, &[0, 0, 0, 5])),
+        ("conflux-link", RelayMsg::ConfluxLink(conflux_link())),
+        ("conflux-linked", RelayMsg::ConfluxLinked(conflux_link())),
+        ("conflux-linked-ack", RelayMsg::ConfluxLinkedAck),
+        ("conflux-switch", RelayMsg::ConfluxSwitch(31)),
     ]
+}
+
+/// A fresh link with a stock client's default DESIRED_UX.
+pub(super) fn conflux_link() -> ConfluxLink {
+    ConfluxLink {
+        nonce: Nonce([0x5A; 32]),
+        last_seqno_sent: 0,
+        last_seqno_recv: 0,
+        desired_ux: onionmix_cell::relay::conflux::ux::HIGH_THROUGHPUT,
+    }
 }
 
 pub(super) fn cells(out: &mut Vec<Seed>) {

@@ -148,6 +148,14 @@ pub(super) fn circuits(out: &mut Vec<Seed>) {
     exit.extend(op_cell(0, &body(15, 3)));
     exit.extend([4, 0, 2]);
     out.push(("circ_relay", "exit".into(), exit));
+    // A conflux leg (congestion control on): LINK, LINKED_ACK, SWITCH,
+    // then BEGIN and DATA for the set.
+    let mut leg = vec![200];
+    for (i, sid) in [(19, 0), (21, 0), (22, 0), (0, 1), (3, 1)] {
+        leg.extend(op_cell(0, &body(i, sid)));
+    }
+    out.push(("circ_relay", "conflux-leg".into(), leg));
+    conflux(out);
     // Client: open streams, get CONNECTED/DATA/RESOLVED/END, extend.
     // Stream IDs 1-16 in inbound cells name the streams opened so far;
     // the first Digest byte names the hop.
@@ -173,4 +181,43 @@ pub(super) fn circuits(out: &mut Vec<Seed>) {
     client.extend(op_cell(0, &at_hop(body(9, 3), 1)));
     client.extend(op_cell(0, &at_hop(body(13, 0), 1)));
     out.push(("circ_client", "streams".into(), client));
+    // Client conflux leg: extend with congestion control, LINK, LINKED
+    // from the last hop, then a SWITCH and DATA for the set.
+    let mut leg = vec![7, 8, 200, 10];
+    for (i, sid) in [(20, 0), (22, 0), (6, 1), (3, 1)] {
+        leg.extend(op_cell(0, &at_hop(body(i, sid), 1)));
+        leg.extend([0, 0, 0]);
+    }
+    out.push(("circ_client", "conflux-leg".into(), leg));
+}
+
+/// Programs for the `conflux` target: two legs link, messages arrive out
+/// of order across a SWITCH, the scheduler sends and switches, a leg
+/// closes.
+fn conflux(out: &mut Vec<Seed>) {
+    let link = super::cells::conflux_link().encode();
+    let mut p = super::chunk(&link);
+    p.extend([8, 0x10, 0x00]);
+    for (leg, rtt) in [(1u8, 10u8), (2, 20)] {
+        p.extend([leg, 0]);
+        p.extend(&link);
+        p.push(rtt);
+    }
+    p.extend([1, 1]);
+    p.extend([2, 2, 0, 0, 0, 3]);
+    for leg in [2u8, 2, 2, 1, 1, 1] {
+        p.extend([leg, 3, 0, 100]);
+    }
+    // Sends: both legs ready (leg 1 faster), then only leg 2 (a SWITCH).
+    // Each view is (ready, RTT u16); the last byte asks for DATA.
+    p.extend([0, 5, 1, 0, 10, 1, 0, 20, 1]);
+    p.extend([0, 5, 0, 0, 10, 1, 0, 20, 1]);
+    p.extend([0, 7, 5]);
+    p.extend([2, 6, 0, 30]);
+    out.push(("conflux", "two-legs".into(), p));
+    out.push((
+        "conflux",
+        "switch-body".into(),
+        super::chunk(&31u32.to_be_bytes()),
+    ));
 }

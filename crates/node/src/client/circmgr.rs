@@ -116,6 +116,12 @@ pub(super) struct State {
     pub(super) clean: Vec<CleanCirc>,
     pub(super) pending: Vec<Pending>,
     pub(super) predictor: PortPredictor,
+    /// Clean pre-built conflux sets (their home legs).
+    pub(super) conflux_clean: Vec<CleanCirc>,
+    /// Conflux sets being built.
+    pub(super) conflux_pending: usize,
+    /// Set builds that failed in a row, and when to try again.
+    pub(super) conflux_backoff: (u32, Option<Instant>),
 }
 
 /// Counters (in `status.json`).
@@ -154,6 +160,8 @@ pub(super) struct Shared {
     pub(super) next_id: AtomicU64,
     /// Internal circuits built ahead of need for onion services.
     pub(super) hs_pool: super::hs::pool::Pool<Circuit>,
+    /// Conflux: where its paths come from (None: off).
+    pub(super) conflux: Mutex<Option<super::conflux::ConfluxHook>>,
 }
 
 /// The circuit manager.
@@ -203,6 +211,9 @@ impl CircMgr {
                     clean: Vec::new(),
                     pending: Vec::new(),
                     predictor,
+                    conflux_clean: Vec::new(),
+                    conflux_pending: 0,
+                    conflux_backoff: (0, None),
                 }),
                 failed: Mutex::new(HashMap::new()),
                 recent_times: Mutex::new(VecDeque::new()),
@@ -212,6 +223,7 @@ impl CircMgr {
                 clean_done: Notify::new(),
                 next_id: AtomicU64::new(1),
                 hs_pool: Default::default(),
+                conflux: Mutex::new(None),
             }),
         }
     }
@@ -239,7 +251,7 @@ impl CircMgr {
             }));
     }
 
-    fn exit_allows(&self, c: &Circuit, port: Option<u16>) -> bool {
+    pub(super) fn exit_allows(&self, c: &Circuit, port: Option<u16>) -> bool {
         match (port, c.path().last()) {
             (Some(p), Some(exit)) => (self.inner.exit_ok)(&exit.rsa_id, p),
             (None, _) => true,
@@ -268,6 +280,17 @@ impl CircMgr {
             .iter()
             .position(|c| !c.circ.is_extending() && self.exit_allows(&c.circ, port))?;
         let c = st.clean.swap_remove(i).circ;
+        self.give(&mut st, key, c)
+    }
+
+    /// Hand a clean circuit (or conflux set) to `key`'s pool; its
+    /// replacement gets built.
+    pub(super) fn give(
+        &self,
+        st: &mut std::sync::MutexGuard<'_, State>,
+        key: &IsolationKey,
+        c: Arc<Circuit>,
+    ) -> Option<Arc<Circuit>> {
         if let Some(pool) = st.pools.get_mut(key) {
             pool.circs.retain(|c| !c.is_closed());
             if pool.circs.len() >= MAX_CIRCUITS_PER_KEY {
@@ -275,7 +298,6 @@ impl CircMgr {
             }
             pool.circs.push(c.clone());
         }
-        drop(st);
         self.inner
             .counters
             .clean_taken
@@ -341,6 +363,10 @@ impl CircMgr {
         };
         let _g = lock.lock().await;
         if let Some(c) = self.find(key, port) {
+            return Ok(c);
+        }
+        // A pre-built conflux set first, as tor prefers them.
+        if let Some(c) = self.take_conflux(key, port) {
             return Ok(c);
         }
         if let Some(c) = self.wait_for_clean(key, port).await {
@@ -663,13 +689,15 @@ impl CircMgr {
     pub fn newnym(&self, old_exits: &std::collections::HashSet<[u8; 20]>) {
         let mut st = self.lock_state();
         st.pools.clear();
-        st.clean.retain(|c| {
+        let keep = |c: &CleanCirc| {
             !c.circ.is_closed()
                 && c.circ
                     .path()
                     .last()
                     .is_none_or(|h| !old_exits.contains(&h.rsa_id))
-        });
+        };
+        st.clean.retain(keep);
+        st.conflux_clean.retain(keep);
         drop(st);
         self.inner.clean_done.notify_waiters();
     }
@@ -680,6 +708,7 @@ impl CircMgr {
         let mut st = self.lock_state();
         st.pools.clear();
         st.clean.clear();
+        st.conflux_clean.clear();
         drop(st);
         self.inner.hs_pool.clear();
     }
@@ -705,6 +734,7 @@ impl CircMgr {
             "predicted_ports": predicted,
             "build_timeout": self.inner.cbt.status(),
             "onion_pool": self.inner.hs_pool.status(),
+            "conflux": self.conflux_status(),
         })
     }
 }

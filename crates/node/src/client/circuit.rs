@@ -58,7 +58,11 @@ impl HopTarget {
             rsa_id: ctx.rsa_id,
             ed_id: Some(ctx.ed_id),
             or_addr: addr,
-            ntor_key: ctx.ntor_keys().first().map(|k| k.public()).unwrap_or_default(),
+            ntor_key: ctx
+                .ntor_keys()
+                .first()
+                .map(|k| k.public())
+                .unwrap_or_default(),
             ntor_v3: false,
             optimistic_data: true,
             flowctrl_cc: false,
@@ -154,6 +158,9 @@ pub struct Circuit {
     /// Set while a controller's EXTENDCIRCUIT adds hops: no new streams.
     extending: AtomicBool,
     first_used: Mutex<Option<Instant>>,
+    /// The other leg of the conflux set this circuit is the home leg of
+    /// (kept open as long as this one).
+    conflux_partner: Mutex<Option<Box<Circuit>>>,
 }
 
 impl Circuit {
@@ -213,6 +220,24 @@ impl Circuit {
     /// Whether the circuit is dead.
     pub fn is_closed(&self) -> bool {
         self.chan.is_closed() || self.credits.is_closed()
+    }
+
+    /// Keep `other`, this circuit's partner leg in a conflux set, open as
+    /// long as this one.
+    pub fn set_conflux_partner(&self, other: Circuit) {
+        *self
+            .conflux_partner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Box::new(other));
+    }
+
+    /// The other leg's path, if this is the home leg of a conflux set.
+    pub fn conflux_partner_path(&self) -> Option<Vec<HopTarget>> {
+        self.conflux_partner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|c| (*c.path()).clone())
     }
 
     /// Whether the exit takes stream data before CONNECTED.
@@ -459,6 +484,7 @@ async fn build_inner(
         }),
         extending: AtomicBool::new(false),
         first_used: Mutex::new(None),
+        conflux_partner: Mutex::new(None),
     })
 }
 

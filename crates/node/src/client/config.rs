@@ -69,6 +69,13 @@ pub struct ClientConfig {
     /// CONNECTED, to exits that support it (proposal 181).
     #[serde(default = "default_true")]
     pub optimistic_data: bool,
+    /// Pre-build conflux sets (proposal 329: two circuits to one exit
+    /// through different guards and middles, linked) to exits that
+    /// advertise `Conflux=1`, and prefer them for streams, as tor 0.4.9
+    /// does (its `ConfluxEnabled`); the consensus's `cfx_enabled=0` turns
+    /// it off.
+    #[serde(default = "default_true")]
+    pub conflux: bool,
     /// Answer SOCKS CONNECT with success at once, before the exit
     /// connects, so that applications that wait for the reply send data
     /// early too (proposal 309's `OptimisticData` SocksPort flag). A

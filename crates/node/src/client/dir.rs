@@ -66,7 +66,7 @@ pub struct DirMgr {
     /// Vanguards-lite layer 2 guards (memory only, as in tor).
     layer2: Mutex<Layer2Set>,
     path_cfg: PathConfig,
-    only: onionmix_netdoc::NodeRestrictions,
+    pub(crate) only: onionmix_netdoc::NodeRestrictions,
     guard_file: PathBuf,
     /// The refresh time picked for the consensus with this valid-after.
     refresh_at: Mutex<Option<(SystemTime, SystemTime)>>,
@@ -83,6 +83,11 @@ fn parse_hex20(s: &str) -> Option<[u8; 20]> {
 }
 
 impl DirMgr {
+    /// The client's configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
     /// Create, loading the guard state file if present.
     pub fn new(cfg: Arc<ClientConfig>) -> Result<Self, String> {
         let mut auths = Vec::new();
@@ -422,6 +427,17 @@ impl DirMgr {
         purpose: Purpose,
         avoid: &HashSet<[u8; 20]>,
     ) -> Result<Vec<HopTarget>, String> {
+        self.pick_path_within(purpose, avoid, &self.only)
+    }
+
+    /// [`Self::pick_path`] within `only` (the user's pins, or narrower),
+    /// strictly avoiding `avoid`.
+    pub(crate) fn pick_path_within(
+        &self,
+        purpose: Purpose,
+        avoid: &HashSet<[u8; 20]>,
+        only: &onionmix_netdoc::NodeRestrictions,
+    ) -> Result<Vec<HopTarget>, String> {
         let nd = self.netdir().ok_or("no directory yet")?;
         let guards = self
             .guards
@@ -434,7 +450,7 @@ impl DirMgr {
         let pb = PathBuilder::new(&nd, &self.path_cfg)
             .with_guards(&guards, now)
             .excluding(avoid)
-            .restricted(&self.only);
+            .restricted(only);
         let mut rng = rand::thread_rng();
         let params = Arc::new(CcParams::from_consensus(nd.params()));
         let Purpose::Exit(port) = purpose;

@@ -6,6 +6,7 @@ pub mod chanmgr;
 pub mod circmgr;
 pub mod circuit;
 pub mod config;
+pub mod conflux;
 pub mod connect;
 pub mod control;
 pub mod dir;
@@ -158,6 +159,9 @@ impl Client {
             Arc::new(move |id, port| d2.exit_allows(id, port)),
             Arc::new(move |id, ok| d3.report_guard(id, ok)),
         );
+        if cfg.conflux {
+            circmgr.enable_conflux(dir.clone());
+        }
         let auth = cfg
             .client_onion_auth_dir
             .as_deref()

@@ -35,6 +35,7 @@ impl CircMgr {
     pub(super) fn preemptive_tick(&self) {
         let now = Instant::now();
         self.expire(now);
+        self.conflux_tick(now);
         for _ in 0..MAX_PREEMPTIVE_PENDING {
             let Some(purpose) = self.next_plan(now) else {
                 return;
@@ -50,6 +51,8 @@ impl CircMgr {
         let mut st = self.lock_state();
         let before = st.clean.len();
         st.clean
+            .retain(|c| !c.circ.is_closed() && now < c.idle_deadline);
+        st.conflux_clean
             .retain(|c| !c.circ.is_closed() && now < c.idle_deadline);
         let expired = before - st.clean.len();
         if expired > 0 {

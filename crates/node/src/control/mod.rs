@@ -38,43 +38,109 @@ pub fn version() -> String {
 pub const INFO_DOCS: &[(&str, &str)] = &[
     ("version", "The current version of Tor."),
     ("config-file", "Current location of the \"torrc\" file."),
-    ("config/names", "List of configuration options, types, and documentation."),
-    ("info/names", "List of GETINFO options, types, and documentation."),
-    ("events/names", "Events that the controller can ask for with SETEVENTS."),
-    ("signal/names", "Signal names recognized by the SIGNAL command"),
+    (
+        "config/names",
+        "List of configuration options, types, and documentation.",
+    ),
+    (
+        "info/names",
+        "List of GETINFO options, types, and documentation.",
+    ),
+    (
+        "events/names",
+        "Events that the controller can ask for with SETEVENTS.",
+    ),
+    (
+        "signal/names",
+        "Signal names recognized by the SIGNAL command",
+    ),
     ("features/names", "What arguments can USEFEATURE take?"),
-    ("process/pid", "Process id belonging to the main tor process."),
+    (
+        "process/pid",
+        "Process id belonging to the main tor process.",
+    ),
     ("uptime", "Uptime of the Tor daemon in seconds."),
-    ("status/bootstrap-phase", "The last bootstrap phase status event that Tor sent."),
-    ("status/circuit-established", "Whether we think client functionality is working."),
-    ("status/enough-dir-info", "Whether we have enough up-to-date directory information to build circuits."),
-    ("circuit-status", "List of current circuits originating here."),
+    (
+        "status/bootstrap-phase",
+        "The last bootstrap phase status event that Tor sent.",
+    ),
+    (
+        "status/circuit-established",
+        "Whether we think client functionality is working.",
+    ),
+    (
+        "status/enough-dir-info",
+        "Whether we have enough up-to-date directory information to build circuits.",
+    ),
+    (
+        "circuit-status",
+        "List of current circuits originating here.",
+    ),
     ("stream-status", "List of current streams."),
     ("orconn-status", "A list of current OR connections."),
     ("entry-guards", "Which nodes are we using as entry guards?"),
     ("net/listeners/socks", "Bound addresses by type"),
     ("net/listeners/control", "Bound addresses by type"),
-    ("ns/id/*", "Brief summary of router status by ID (v3 directory format)."),
-    ("ns/name/*", "Brief summary of router status by nickname (v3 directory format)."),
-    ("ns/all", "Brief summary of router status (v3 directory format)"),
+    (
+        "ns/id/*",
+        "Brief summary of router status by ID (v3 directory format).",
+    ),
+    (
+        "ns/name/*",
+        "Brief summary of router status by nickname (v3 directory format).",
+    ),
+    (
+        "ns/all",
+        "Brief summary of router status (v3 directory format)",
+    ),
     ("md/id/*", "Microdescriptors by ID"),
     ("md/name/*", "Microdescriptors by name"),
-    ("dormant", "Is Tor dormant (not building circuits because it's idle)?"),
+    (
+        "dormant",
+        "Is Tor dormant (not building circuits because it's idle)?",
+    ),
     ("traffic/read", "Bytes read since the process was started."),
-    ("traffic/written", "Bytes written since the process was started."),
-    ("address", "IP address of this Tor host, if we can guess it."),
+    (
+        "traffic/written",
+        "Bytes written since the process was started.",
+    ),
+    (
+        "address",
+        "IP address of this Tor host, if we can guess it.",
+    ),
     ("fingerprint", "Get hash of router's identity key."),
     ("accounting/enabled", "Is accounting currently enabled?"),
-    ("onions/current", "Onion services owned by the current control connection."),
-    ("onions/detached", "Onion services detached from the control connection."),
+    (
+        "onions/current",
+        "Onion services owned by the current control connection.",
+    ),
+    (
+        "onions/detached",
+        "Onion services detached from the control connection.",
+    ),
     ("address/v4", "IPv4 address of this Tor host."),
     ("net/listeners/or", "Bound addresses by type"),
     ("net/listeners/dir", "Bound addresses by type"),
-    ("status/good-server-descriptor", "Whether we have a good server descriptor."),
-    ("status/accepted-server-descriptor", "Whether we have a server descriptor that has been accepted."),
-    ("status/reachability-succeeded/or", "Whether we've confirmed our ORPort is reachable."),
-    ("status/reachability-succeeded/dir", "Whether we've confirmed our DirPort is reachable."),
-    ("status/reachability-succeeded", "A combination of status/reachability-succeeded/*."),
+    (
+        "status/good-server-descriptor",
+        "Whether we have a good server descriptor.",
+    ),
+    (
+        "status/accepted-server-descriptor",
+        "Whether we have a server descriptor that has been accepted.",
+    ),
+    (
+        "status/reachability-succeeded/or",
+        "Whether we've confirmed our ORPort is reachable.",
+    ),
+    (
+        "status/reachability-succeeded/dir",
+        "Whether we've confirmed our DirPort is reachable.",
+    ),
+    (
+        "status/reachability-succeeded",
+        "A combination of status/reachability-succeeded/*.",
+    ),
 ];
 
 /// `GETINFO info/names` for a node that answers `keys`.

@@ -168,6 +168,23 @@ pub enum ChanCommand {
     },
     /// Onion-service messages and streams (see [`super::hs`]).
     Hs(super::hs::HsCommand),
+    /// Send CONFLUX_LINK on an idle circuit; reply with the exit's
+    /// CONFLUX_LINKED (LINKED_ACK is sent at once).
+    ConfluxLink {
+        /// Circuit.
+        circ_id: u32,
+        /// The LINK message.
+        link: onionmix_cell::relay::ConfluxLink,
+        /// Reply.
+        reply: Reply<onionmix_cell::relay::ConfluxLink>,
+    },
+    /// The circuit is now a leg of this set.
+    ConfluxAttach {
+        /// Circuit.
+        circ_id: u32,
+        /// Its place in the set.
+        leg: crate::client::conflux::ClientLeg,
+    },
 }
 
 /// A cloneable handle to a channel's reactor.
@@ -181,6 +198,9 @@ pub struct ChannelHandle {
     pub peer_ed_id: Option<[u8; 32]>,
     /// Where circuits built on this channel report to the control port.
     pub hub: Option<Arc<crate::client::control::hub::ControlHub>>,
+    /// Wakes the reactor to hand conflux messages that other legs
+    /// received in order to its streams.
+    pub conflux_wake: Arc<tokio::sync::Notify>,
 }
 
 impl ChannelHandle {
@@ -194,6 +214,7 @@ impl ChannelHandle {
             peer_rsa_id: [0; 20],
             peer_ed_id: None,
             hub: None,
+            conflux_wake: Arc::default(),
         };
         (h, rx)
     }

@@ -30,6 +30,7 @@ use onionmix_proto::client_circ::{CircEvent, CircStats, ClientCircuit, OutCell};
 
 use crate::gate::StreamGate;
 
+mod conflux;
 mod handle;
 pub mod hs;
 pub use handle::*;
@@ -56,6 +57,10 @@ struct CircEntry {
     /// Flow counters already added to the process-wide ones.
     reported: CircStats,
     hs: Option<mpsc::Sender<hs::HsEvent>>,
+    /// Waiting for CONFLUX_LINKED.
+    pending_link: Option<Reply<onionmix_cell::relay::ConfluxLink>>,
+    /// The conflux set this circuit is a leg of.
+    leg: Option<crate::client::conflux::ClientLeg>,
 }
 
 struct Reactor {
@@ -68,6 +73,7 @@ struct Reactor {
     out: BytesMut,
     events: Vec<CircEvent>,
     out_cells: Vec<OutCell>,
+    conflux_wake: Arc<tokio::sync::Notify>,
 }
 
 /// Start a reactor for an established client channel; its flow counters
@@ -81,6 +87,7 @@ pub fn spawn_client_reactor(
 ) -> ChannelHandle {
     let (tx, rx) = mpsc::channel(CMD_QUEUE);
     let closed = Arc::new(AtomicBool::new(false));
+    let conflux_wake = Arc::new(tokio::sync::Notify::new());
     let reactor = Reactor {
         io,
         stats,
@@ -91,6 +98,7 @@ pub fn spawn_client_reactor(
         out: BytesMut::with_capacity(64 * 1024),
         events: Vec::new(),
         out_cells: Vec::new(),
+        conflux_wake: conflux_wake.clone(),
     };
     let c2 = closed.clone();
     tokio::spawn(async move {
@@ -104,13 +112,16 @@ pub fn spawn_client_reactor(
         peer_rsa_id,
         peer_ed_id,
         hub: None,
+        conflux_wake,
     }
 }
 
 impl Reactor {
     async fn run(mut self, mut rx: mpsc::Receiver<ChanCommand>) -> String {
+        let wake = self.conflux_wake.clone();
         let why = loop {
             tokio::select! {
+                () = wake.notified() => self.conflux_drain_all(),
                 batch = self.io.rx.recv() => match batch {
                     Some(Ok(cells)) => {
                         for cell in cells {
@@ -197,6 +208,12 @@ impl Reactor {
                 s.gate.close();
                 let _ = s.events.try_send(StreamEvent::End(end_reason::DESTROY));
             }
+            if let Some(r) = e.pending_link.take() {
+                let _ = r.send(Err(ReactorError::CircuitDestroyed(reason)));
+            }
+            if let Some(leg) = e.leg.take() {
+                leg.set.teardown(circ_id);
+            }
             if send_destroy {
                 self.send_destroy(circ_id, destroy_reason::NONE);
             }
@@ -266,6 +283,8 @@ impl Reactor {
                             streams: HashMap::new(),
                             reported: CircStats::default(),
                             hs: None,
+                            pending_link: None,
+                            leg: None,
                         },
                     );
                 }
@@ -423,6 +442,12 @@ impl Reactor {
                 self.kill_circuit(circ_id, destroy_reason::NONE, true);
             }
             ChanCommand::Hs(c) => self.handle_hs_cmd(c),
+            ChanCommand::ConfluxLink {
+                circ_id,
+                link,
+                reply,
+            } => self.conflux_send_link(circ_id, link, reply),
+            ChanCommand::ConfluxAttach { circ_id, leg } => self.conflux_attach(circ_id, leg),
         }
     }
 
@@ -639,6 +664,15 @@ impl Reactor {
             }
             ev @ (CircEvent::Hs { .. } | CircEvent::IncomingStream { .. }) => {
                 self.dispatch_hs(circ_id, ev);
+            }
+            CircEvent::ConfluxLinked(l) => {
+                if let Some(r) = e.pending_link.take() {
+                    let _ = r.send(Ok(l));
+                }
+            }
+            CircEvent::ConfluxSwitch(seq) => self.conflux_switch(circ_id, seq),
+            CircEvent::Multiplexed { cmd, stream, data } => {
+                self.conflux_multiplexed(circ_id, cmd, stream, data);
             }
         }
     }

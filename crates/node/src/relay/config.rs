@@ -185,6 +185,16 @@ pub struct RelayConfig {
     /// `config_path` is an authority's file (the embedded relay's).
     #[serde(skip)]
     pub config_is_authority: bool,
+    /// Conflux (proposal 329) at this exit: link a client's circuits into
+    /// sets and advertise `Conflux=1` (tor's `ConfluxEnabled`; the
+    /// consensus's `cfx_enabled` can still turn it off).
+    #[serde(default = "yes")]
+    pub conflux: bool,
+    /// Most bytes one conflux set's reorder queue may hold; a message past
+    /// it closes the circuit it came on (tor's `cfx_max_oooq_bytes`,
+    /// which is unlimited by default; the lower of the two applies).
+    #[serde(default = "default_conflux_ooo")]
+    pub conflux_max_ooo_bytes: usize,
 }
 
 fn default_max_control() -> usize {
@@ -192,6 +202,10 @@ fn default_max_control() -> usize {
 }
 fn default_shutdown_wait() -> u64 {
     30
+}
+
+fn default_conflux_ooo() -> usize {
+    8 << 20
 }
 
 fn default_hs_table() -> usize {

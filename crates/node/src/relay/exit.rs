@@ -21,6 +21,7 @@ use onionmix_proto::flow::STREAM_WINDOW_START;
 use onionmix_proto::xonxoff::STREAM_BUFFER_EXTRA_CELLS;
 
 use super::RelayCtx;
+use super::conflux::ExitSet;
 use super::reactor::{
     DataSend, RCmd, RelayChanHandle, SharedCirc, originate_backward, try_originate_data,
 };
@@ -52,57 +53,143 @@ pub enum Request {
     Resolve(String),
 }
 
+/// Where an exit stream's cells go: the circuit it was opened on, or the
+/// conflux set that circuit is a leg of (any leg, as the set's scheduler
+/// decides).
+#[derive(Clone)]
+pub enum StreamPath {
+    /// One circuit.
+    Circ {
+        /// Circuit crypto and sending state.
+        shared: SharedCirc,
+        /// The client-side channel.
+        origin: RelayChanHandle,
+        /// Circuit ID on it.
+        circ_id: u32,
+        /// Woken when the circuit's window opens or the circuit closes.
+        window_open: Arc<Notify>,
+    },
+    /// A conflux set.
+    Set(Arc<ExitSet>),
+}
+
+impl StreamPath {
+    /// Send a stream message other than DATA.
+    fn send(&self, ctx: &RelayCtx, cmd: RelayCmd, sid: u16, data: &[u8]) -> bool {
+        match self {
+            StreamPath::Circ {
+                shared,
+                origin,
+                circ_id,
+                ..
+            } => originate_backward(shared, origin, *circ_id, cmd, sid, data),
+            StreamPath::Set(set) => set.lock().send_msg(&ctx.stats, cmd, sid, data),
+        }
+    }
+    /// Send one DATA cell if a window allows.
+    fn try_send_data(&self, ctx: &RelayCtx, sid: u16, data: &[u8]) -> DataSend {
+        match self {
+            StreamPath::Circ {
+                shared,
+                origin,
+                circ_id,
+                ..
+            } => try_originate_data(shared, origin, *circ_id, sid, data),
+            StreamPath::Set(set) => set.lock().try_send_data(&ctx.stats, sid, data),
+        }
+    }
+    /// Woken when a window opens.
+    fn window_open(&self) -> &Notify {
+        match self {
+            StreamPath::Circ { window_open, .. } => window_open,
+            StreamPath::Set(set) => &set.window_open,
+        }
+    }
+    /// The stream wrote `cells` cells (`bytes` bytes) to its target.
+    fn drained(&self, ctx: &RelayCtx, sid: u16, cells: u32, bytes: usize) {
+        match self {
+            StreamPath::Circ {
+                origin, circ_id, ..
+            } => origin.send(RCmd::StreamDrained {
+                circ_id: *circ_id,
+                stream: sid,
+                cells,
+                bytes,
+            }),
+            StreamPath::Set(set) => {
+                super::reactor::conflux::set_stream_drained(ctx, set, sid, cells, bytes);
+            }
+        }
+    }
+    /// The stream ended (its END, if any, was sent).
+    fn closed(&self, ctx: &RelayCtx, sid: u16) {
+        match self {
+            StreamPath::Circ {
+                origin, circ_id, ..
+            } => origin.send(RCmd::StreamClosed {
+                circ_id: *circ_id,
+                stream: sid,
+            }),
+            StreamPath::Set(set) => super::reactor::conflux::set_stream_closed(ctx, set, sid),
+        }
+    }
+    /// The channel a single circuit sends on (a set picks per cell).
+    fn writer(&self) -> Option<&onionmix_link::ChannelWriter> {
+        match self {
+            StreamPath::Circ { origin, .. } => Some(&origin.writer),
+            StreamPath::Set(_) => None,
+        }
+    }
+}
+
 /// One exit stream task's state.
 pub struct ExitStream {
     /// Relay context.
     pub ctx: Arc<RelayCtx>,
-    /// The client-side channel.
-    pub origin: RelayChanHandle,
-    /// Circuit ID on it.
-    pub circ_id: u32,
+    /// Where its cells go.
+    pub path: StreamPath,
     /// Stream ID.
     pub stream: u16,
-    /// Circuit crypto and sending state.
-    pub shared: SharedCirc,
-    /// Woken when the circuit's window opens or the circuit closes.
-    pub window_open: Arc<Notify>,
     /// The stream's send gate (window or XON/XOFF).
     pub gate: Arc<StreamGate>,
     /// Data from the client.
     pub data: mpsc::Receiver<Bytes>,
+    /// The circuit's previous hop is a relay (or single-hop exits are
+    /// allowed): HSDir requests are served.
+    pub anonymous: bool,
 }
 
 impl ExitStream {
     fn send(&self, cmd: RelayCmd, data: &[u8]) -> bool {
-        originate_backward(
-            &self.shared,
-            &self.origin,
-            self.circ_id,
-            cmd,
-            self.stream,
-            data,
-        )
+        self.path.send(&self.ctx, cmd, self.stream, data)
     }
     fn end(&self, reason: u8) {
         self.send(RelayCmd::END, &End::new(reason).encode());
         self.closed();
     }
     fn closed(&self) {
-        self.origin.send(RCmd::StreamClosed {
-            circ_id: self.circ_id,
-            stream: self.stream,
-        });
+        self.path.closed(&self.ctx, self.stream);
     }
-    /// Send one DATA cell once the circuit's window allows.
+    fn drained(&self, cells: u32, bytes: usize) {
+        self.path.drained(&self.ctx, self.stream, cells, bytes);
+    }
+    /// Send one DATA cell once a window allows.
     async fn send_cell(&self, chunk: &[u8]) -> bool {
         loop {
-            let opened = self.window_open.notified();
+            let opened = self.path.window_open().notified();
             tokio::pin!(opened);
             opened.as_mut().enable();
-            match try_originate_data(&self.shared, &self.origin, self.circ_id, self.stream, chunk) {
+            match self.path.try_send_data(&self.ctx, self.stream, chunk) {
                 DataSend::Sent => return true,
                 DataSend::Closed => return false,
                 DataSend::WindowClosed => opened.await,
+                DataSend::ChanFull(w) => {
+                    let hw = onionmix_link::io::DEFAULT_HIGH_WATER;
+                    tokio::select! {
+                        () = w.wait_below(hw) => {}
+                        () = opened => {}
+                    }
+                }
             }
         }
     }
@@ -118,8 +205,10 @@ impl ExitStream {
             }
             // Backpressure on the client link.
             let hw = onionmix_link::io::DEFAULT_HIGH_WATER;
-            if self.origin.writer.queued_bytes() >= hw {
-                self.origin.writer.wait_below(hw).await;
+            if let Some(w) = self.path.writer()
+                && w.queued_bytes() >= hw
+            {
+                w.wait_below(hw).await;
             }
             data = &data[n..];
         }
@@ -257,12 +346,7 @@ async fn connect(mut s: ExitStream, b: Begin) {
         }
         // Written: they count towards the stream's SENDMEs and drain rate
         // as any other DATA.
-        s.origin.send(RCmd::StreamDrained {
-            circ_id: s.circ_id,
-            stream: s.stream,
-            cells: u32::from(early_cells),
-            bytes: early.len(),
-        });
+        s.drained(u32::from(early_cells), early.len());
     }
     pump(&mut s, rd, wr).await;
 }
@@ -349,12 +433,7 @@ async fn pump(
                 s.end(end_reason::CONNRESET);
                 return;
             }
-            s.origin.send(RCmd::StreamDrained {
-                circ_id: s.circ_id,
-                stream: s.stream,
-                cells: n_cells,
-                bytes: out.len(),
-            });
+            s.drained(n_cells, out.len());
         }
     };
     tokio::select! {
@@ -442,7 +521,7 @@ async fn dir(mut s: ExitStream) {
     // Onion-service descriptors (HSDir role) are ours to answer; anything
     // else goes to the directory cache. tor refuses HSDir requests whose
     // previous hop is a client (not anonymous).
-    let anonymous = s.origin.peer.is_some() || s.ctx.cfg.allow_single_hop_exits;
+    let anonymous = s.anonymous;
     let now = crate::clock::now_unix();
     let resp = match super::hs::dir::answer(&s.ctx.hs, &req, anonymous, now) {
         Some(r) => r,

@@ -2,6 +2,7 @@
 //! circuits, and (as an exit) connects streams.
 
 pub mod config;
+pub mod conflux;
 pub mod control;
 pub mod dircache;
 pub mod dns;
@@ -31,6 +32,7 @@ use onionmix_crypto::x509::TlsIdentity;
 use onionmix_link::{TlsTransport, spawn_channel_io};
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandshake};
+use onionmix_proto::conflux::ConfluxParams;
 use onionmix_proto::exitpolicy::ExitPolicy;
 
 use crate::admission::{Admission, AdmissionConfig, KnownAddrs, Permit};
@@ -87,6 +89,20 @@ pub struct RelayStats {
     pub xoff_received: AtomicU64,
     /// XONs received from clients.
     pub xon_received: AtomicU64,
+    /// Conflux sets created (a first CONFLUX_LINK with a new nonce).
+    pub conflux_sets: AtomicU64,
+    /// Circuits linked into conflux sets.
+    pub conflux_legs_linked: AtomicU64,
+    /// CONFLUX_LINKs refused (conflux off, too many legs, data loss).
+    pub conflux_refused: AtomicU64,
+    /// CONFLUX_SWITCHes sent (we moved a set's traffic to another leg).
+    pub conflux_switches_sent: AtomicU64,
+    /// CONFLUX_SWITCHes received.
+    pub conflux_switches_received: AtomicU64,
+    /// Multiplexed messages delivered to a set's streams.
+    pub conflux_cells_delivered: AtomicU64,
+    /// ... of which waited in a reorder queue first.
+    pub conflux_cells_reordered: AtomicU64,
 }
 
 /// Everything the relay's tasks share.
@@ -128,6 +144,10 @@ pub struct RelayCtx {
     cc_params: RwLock<Arc<CcParams>>,
     /// What the control port reports (traffic, OR connections, events).
     pub control: control::RelayControl,
+    /// Consensus parameters of conflux.
+    cfx_params: RwLock<ConfluxParams>,
+    /// Conflux sets whose legs end here.
+    pub conflux: conflux::ConfluxPool,
 }
 
 impl RelayCtx {
@@ -149,6 +169,14 @@ impl RelayCtx {
     /// Replace the consensus parameters (a new consensus).
     pub fn set_cc_params(&self, p: CcParams) {
         *self.cc_params.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
+    }
+    /// The current conflux consensus parameters.
+    pub fn cfx_params(&self) -> ConfluxParams {
+        *self.cfx_params.read().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Replace the conflux consensus parameters.
+    pub fn set_cfx_params(&self, p: ConfluxParams) {
+        *self.cfx_params.write().unwrap_or_else(|e| e.into_inner()) = p;
     }
     pub(crate) fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -229,6 +257,9 @@ pub fn make_ctx(
     });
     let fixed = cfg.authorities.iter().map(|a| a.or_addr.ip()).collect();
     let known = KnownAddrs::new(fixed, MAX_KNOWN_ADDRS);
+    // All reorder queues together: a fifth of the memory cap (where tor's
+    // out-of-memory handler starts looking at them).
+    let ooo_budget = oom::cap(&cfg) / 5;
     Ok(Arc::new(RelayCtx {
         cfg,
         rsa_id,
@@ -248,6 +279,8 @@ pub fn make_ctx(
         hs: hs::HsRelay::new(cfg_hs),
         cc_params: RwLock::default(),
         control: control::RelayControl::default(),
+        cfx_params: RwLock::default(),
+        conflux: conflux::ConfluxPool::new(ooo_budget),
     }))
 }
 
@@ -507,6 +540,18 @@ pub fn status(ctx: &RelayCtx) -> serde_json::Value {
             "xon_sent": n(&s.xon_sent),
             "xoff_received": n(&s.xoff_received),
             "xon_received": n(&s.xon_received),
+        },
+        "conflux": {
+            "enabled": ctx.cfg.conflux && ctx.cfx_params().enabled,
+            "sets_open": ctx.conflux.len(),
+            "reorder_queue_bytes": ctx.conflux.ooo_bytes(),
+            "sets": n(&s.conflux_sets),
+            "legs_linked": n(&s.conflux_legs_linked),
+            "refused": n(&s.conflux_refused),
+            "switches_sent": n(&s.conflux_switches_sent),
+            "switches_received": n(&s.conflux_switches_received),
+            "cells_delivered": n(&s.conflux_cells_delivered),
+            "cells_reordered": n(&s.conflux_cells_reordered),
         },
     })
 }

@@ -19,6 +19,7 @@ use onionmix_netdoc::{
     merge_certificates,
 };
 use onionmix_proto::cc::CcParams;
+use onionmix_proto::conflux::ConfluxParams;
 
 use super::RelayCtx;
 use crate::client::config::AuthorityEntry;
@@ -109,6 +110,7 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                     first = false;
                 }
                 ctx.set_cc_params(cc);
+                ctx.set_cfx_params(ConfluxParams::from_consensus(consensus.params()));
                 ctx.control
                     .set_netdir(onionmix_netdoc::NetDir::new(consensus));
                 refresh

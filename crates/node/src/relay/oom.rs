@@ -122,6 +122,12 @@ pub fn pick_victims(mut sizes: Vec<(u64, usize)>, cap: usize) -> Vec<(u64, usize
     out
 }
 
+/// The configured memory cap (`max_mem_in_queues`), or [`default_cap`].
+pub fn cap(cfg: &super::config::RelayConfig) -> usize {
+    cfg.max_mem_in_queues
+        .map_or_else(default_cap, |c| usize::try_from(c).unwrap_or(usize::MAX))
+}
+
 /// The cap when none is configured: 40% of physical memory, at most 8 GiB
 /// (tor's `MaxMemInQueues` default is of this order), at least 256 MiB.
 pub fn default_cap() -> usize {
@@ -142,10 +148,7 @@ pub fn default_cap() -> usize {
 
 /// Check the total every [`CHECK_EVERY`] for the relay's lifetime.
 pub async fn oom_loop(ctx: Arc<RelayCtx>) {
-    let cap = ctx
-        .cfg
-        .max_mem_in_queues
-        .map_or_else(default_cap, |c| usize::try_from(c).unwrap_or(usize::MAX));
+    let cap = cap(&ctx.cfg);
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -14,26 +14,36 @@ use onionmix_netdoc::routerdesc::{self, DescriptorParams};
 
 use super::RelayCtx;
 
-/// Subprotocols this relay implements, apart from `DirCache` and `HSDir`
-/// (FlowCtrl=2: congestion control, proposal 324, as an exit;
-/// introduction point with and without proposal 305's DoS extension,
-/// rendezvous point).
-pub const PROTOCOLS: &str = "Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
-/// The same with `DirCache=2` and `HSDir=2`: what a relay that answers
-/// `BEGIN_DIR` says (clients, Arti's among them, take only directory
-/// caches with `DirCache=2` as guards; onion-service descriptors are
-/// published and fetched over `BEGIN_DIR`, so only a directory cache is
-/// an HSDir).
-pub const PROTOCOLS_WITH_DIR_CACHE: &str = "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
-
 /// What the descriptor's `proto` line says, true to what this relay
-/// serves.
-pub fn protocols(dir_cache: bool) -> &'static str {
-    if dir_cache {
-        PROTOCOLS_WITH_DIR_CACHE
-    } else {
-        PROTOCOLS
+/// serves: congestion control (FlowCtrl=2, proposal 324) as an exit;
+/// introduction point with and without proposal 305's DoS extension,
+/// rendezvous point; `Conflux=1` (proposal 329) while conflux is on; and
+/// `DirCache=2` and `HSDir=2` for a relay that answers `BEGIN_DIR`
+/// (clients, Arti's among them, take only directory caches with
+/// `DirCache=2` as guards; onion-service descriptors are published and
+/// fetched over `BEGIN_DIR`, so only a directory cache is an HSDir).
+pub fn protocols(dir_cache: bool, conflux: bool) -> String {
+    let mut parts = Vec::new();
+    if conflux {
+        parts.push("Conflux=1");
     }
+    parts.extend(["Cons=1-2", "Desc=1-2"]);
+    if dir_cache {
+        parts.push("DirCache=2");
+    }
+    parts.push("FlowCtrl=1-2");
+    if dir_cache {
+        parts.push("HSDir=2");
+    }
+    parts.extend([
+        "HSIntro=4-5",
+        "HSRend=2",
+        "Link=4-5",
+        "LinkAuth=3",
+        "Microdesc=1-2",
+        "Relay=2-4",
+    ]);
+    parts.join(" ")
 }
 /// The `platform` line.
 pub const PLATFORM: &str = concat!("onionmix ", env!("CARGO_PKG_VERSION"), " on Linux");
@@ -63,7 +73,7 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
         or_port: ctx.or_port(),
         dir_port: 0,
         platform: PLATFORM.into(),
-        protocols: protocols(ctx.dir.is_some()).into(),
+        protocols: protocols(ctx.dir.is_some(), ctx.cfg.conflux),
         published: now_unix(),
         uptime: ctx.started.elapsed().as_secs(),
         bandwidth: (
@@ -221,17 +231,24 @@ mod tests {
     #[test]
     fn proto_line_meets_what_authorities_require_and_recommend() {
         let lines = onionmix_netdoc::vote::default_protocol_lines();
-        let ours: Protocols = protocols(true).parse().unwrap();
+        let ours: Protocols = protocols(true, true).parse().unwrap();
         for line in [&lines[1], &lines[3]] {
             let want: Protocols = line.parse().unwrap();
             assert!(ours.missing_from(&want).is_empty(), "{line}");
         }
         // Without a directory cache the relay does not claim one.
-        let no_cache: Protocols = protocols(false).parse().unwrap();
+        let no_cache: Protocols = protocols(false, true).parse().unwrap();
         let want: Protocols = lines[3].parse().unwrap();
         assert_eq!(
             no_cache.missing_from(&want),
             vec![("DirCache".to_string(), 2), ("HSDir".to_string(), 2)]
         );
+        // Conflux=1 exactly while conflux is on (stock tor lists it first).
+        assert_eq!(
+            protocols(true, true),
+            "Conflux=1 Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4"
+        );
+        let off: Protocols = protocols(true, false).parse().unwrap();
+        assert_eq!(off.missing_from(&ours), vec![("Conflux".to_string(), 1)]);
     }
 }

@@ -125,14 +125,14 @@ impl Default for CcParams {
 
 /// tor's `networkstatus_get_param`: the value if present, clamped to
 /// `[min, max]`; the default otherwise.
-fn get(p: &BTreeMap<String, i32>, name: &str, dflt: i64, min: i64, max: i64) -> i64 {
+pub(crate) fn get(p: &BTreeMap<String, i32>, name: &str, dflt: i64, min: i64, max: i64) -> i64 {
     match p.get(name) {
         Some(&v) => i64::from(v).clamp(min, max),
         None => dflt,
     }
 }
 
-fn get_u32(p: &BTreeMap<String, i32>, name: &str, dflt: u32, min: u32, max: u32) -> u32 {
+pub(crate) fn get_u32(p: &BTreeMap<String, i32>, name: &str, dflt: u32, min: u32, max: u32) -> u32 {
     let v = get(p, name, i64::from(dflt), i64::from(min), i64::from(max));
     u32::try_from(v).unwrap_or(dflt)
 }

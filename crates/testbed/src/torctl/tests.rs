@@ -37,6 +37,15 @@ fn circ_events_parse() {
     assert_eq!(e.status, "BUILT");
     assert!(counts(e.purpose.as_deref()));
     assert!(!counts(Some("MEASURE_TIMEOUT")));
+    let e = parse_circ_event(
+        "650 CIRC_MINOR 12 PURPOSE_CHANGED $A~a,$B~b,$C~c BUILD_FLAGS=NEED_CAPACITY,NEED_UPTIME PURPOSE=CONFLUX_LINKED TIME_CREATED=2026-11-23T10:00:00.000000 OLD_PURPOSE=CONFLUX_UNLINKED\r\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (e.id.as_str(), e.status.as_str()),
+        ("12", "PURPOSE_CHANGED")
+    );
+    assert_eq!(e.purpose.as_deref(), Some("CONFLUX_LINKED"));
     assert!(parse_circ_event("650 STREAM 1 NEW 0 x:80").is_none());
     assert!(parse_circ_event("650 CIRC ").is_none());
     assert!(parse_circ_event("250 OK").is_none());

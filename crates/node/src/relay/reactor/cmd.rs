@@ -128,31 +128,29 @@ impl Reactor {
                 cells,
                 bytes,
             } => {
-                let mut msgs = Vec::new();
-                if let Some(o) = self.origins.get_mut(&circ_id)
-                    && let Some(s) = o.streams.get_mut(&stream)
-                {
-                    s.buffered = s.buffered.saturating_sub(bytes);
-                    let buffered = s.buffered;
-                    o.circ.stream_drained(
-                        stream,
-                        cells,
-                        bytes,
-                        buffered,
-                        Instant::now(),
-                        &mut msgs,
-                    );
+                let ctx = self.ctx.clone();
+                if let Some(o) = self.origins.get_mut(&circ_id) {
+                    let mut host = streams::CircHost {
+                        o,
+                        me: &self.me,
+                        out: &mut self.out,
+                        id: circ_id,
+                    };
+                    streams::stream_drained(&ctx, &mut host, stream, cells, bytes);
                 }
-                self.send_flow(circ_id, stream, &msgs);
             }
             RCmd::StreamClosed { circ_id, stream } => {
                 if let Some(o) = self.origins.get_mut(&circ_id) {
-                    o.circ.stream_closed(stream);
-                    if let Some(s) = o.streams.remove(&stream) {
-                        s.gate.close();
-                    }
+                    let mut host = streams::CircHost {
+                        o,
+                        me: &self.me,
+                        out: &mut self.out,
+                        id: circ_id,
+                    };
+                    streams::stream_closed(&mut host, stream);
                 }
             }
+            RCmd::ConfluxTeardown { circ_id, reason } => self.close_origin(circ_id, reason),
             RCmd::Hs(c) => self.handle_hs_cmd(c),
             RCmd::Close => {}
         }

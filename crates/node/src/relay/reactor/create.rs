@@ -168,6 +168,7 @@ impl Reactor {
                 hs: hs::HsState::new(ckeys.kh),
                 window_open: Arc::new(Notify::new()),
                 params,
+                leg: None,
             },
         );
         self.circuit_added();

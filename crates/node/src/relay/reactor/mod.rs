@@ -40,9 +40,11 @@ use super::exit;
 use super::idle::{idle_timeout_for, sleep_until_opt};
 
 mod cmd;
+pub(crate) mod conflux;
 mod create;
 mod hs;
 mod origin;
+pub(crate) mod streams;
 
 pub use hs::HsCmd;
 
@@ -171,6 +173,14 @@ pub enum RCmd {
     },
     /// Onion-service circuits (rendezvous joins and expiry).
     Hs(HsCmd),
+    /// (to a conflux leg's origin channel) The leg's set was torn down:
+    /// close the circuit with DESTROY `reason`.
+    ConfluxTeardown {
+        /// Circuit.
+        circ_id: u32,
+        /// DESTROY reason.
+        reason: u8,
+    },
     /// Close the channel.
     Close,
 }
@@ -222,9 +232,12 @@ struct Origin {
     streams: HashMap<u16, StreamTx>,
     /// Onion-service role (introduction / rendezvous point).
     hs: hs::HsState,
-    /// Woken when the circuit's window opens (or it closes).
+    /// Woken when the circuit's window opens (or it closes); a conflux
+    /// leg's is its set's.
     window_open: Arc<Notify>,
     params: Arc<CcParams>,
+    /// The conflux set this circuit is a leg of.
+    leg: Option<conflux::LegRef>,
 }
 
 struct Next {
@@ -453,6 +466,9 @@ impl Reactor {
             for (_, s) in o.streams {
                 s.gate.close();
             }
+            if let Some(leg) = o.leg {
+                self.conflux_leg_gone(&o.shared, leg);
+            }
             if let Some(n) = o.next {
                 let mut body = [0u8; PAYLOAD_LEN];
                 body[0] = destroy_reason::DESTROYED;
@@ -592,13 +608,16 @@ pub fn originate_backward(
 }
 
 /// What became of an attempt to send a DATA cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum DataSend {
     /// Encrypted and queued on the client's channel.
     Sent,
     /// The circuit's window (or congestion window) is closed: wait for a
     /// SENDME (the circuit's `window_open` notification) and try again.
     WindowClosed,
+    /// Every conflux leg with room in its window has a full channel: wait
+    /// for this one to drain (or a window to open) and try again.
+    ChanFull(ChannelWriter),
     /// The circuit or channel is gone.
     Closed,
 }

@@ -16,22 +16,6 @@ impl Reactor {
         originate_backward(&o.shared, &self.me, id, cmd, sid, data);
     }
 
-    /// Send stream flow-control messages (stream SENDMEs, XON, XOFF).
-    pub(super) fn send_flow(&mut self, id: u32, sid: u16, msgs: &[StreamFlowMsg]) {
-        for m in msgs {
-            let stat = match m {
-                StreamFlowMsg::Xoff => Some(&self.ctx.stats.xoff_sent),
-                StreamFlowMsg::Xon(_) => Some(&self.ctx.stats.xon_sent),
-                StreamFlowMsg::Sendme => None,
-            };
-            if let Some(c) = stat {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-            let (cmd, body) = m.encode();
-            self.originate(id, cmd, sid, &body);
-        }
-    }
-
     pub(super) fn origin_relay(&mut self, id: u32, early: bool, body: &mut CellBody) {
         if self.origins.get(&id).is_some_and(|o| o.hs.is_waiting()) {
             self.hs_poll_join(id);
@@ -79,53 +63,22 @@ impl Reactor {
                     crate::relay::extend::extend(ctx, prev, e).await;
                 });
             }
-            Inbound::Begin { stream, begin } => {
-                if self.me.peer.is_none() && !self.ctx.cfg.allow_single_hop_exits {
-                    // As stock tor: no exit streams on a client's first hop
-                    // (BEGIN_DIR and RESOLVE are still served).
-                    debug!("refused BEGIN on the first hop of a client's circuit");
-                    self.ctx
-                        .stats
-                        .single_hop_begins_refused
-                        .fetch_add(1, Ordering::Relaxed);
-                    o.circ.stream_closed(stream);
-                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
-                } else {
-                    self.open_exit_stream(id, stream, exit::Request::Connect(begin));
-                }
-            }
-            Inbound::BeginDir { stream } => {
-                self.open_exit_stream(id, stream, exit::Request::Dir);
-            }
-            Inbound::Resolve { stream, name } => {
-                self.open_exit_stream(id, stream, exit::Request::Resolve(name));
-            }
-            Inbound::Data { stream, data } => {
-                let len = data.len();
-                let data = Bytes::copy_from_slice(data);
-                let Some(s) = o.streams.get_mut(&stream) else {
-                    return self.after_inbound(id, circ_sendme);
+            a @ (Inbound::Begin { .. }
+            | Inbound::BeginDir { .. }
+            | Inbound::Resolve { .. }
+            | Inbound::Data { .. }
+            | Inbound::End { .. }
+            | Inbound::Xoff { .. }
+            | Inbound::Xon { .. }) => {
+                let from_client = self.me.peer.is_none();
+                let ctx = self.ctx.clone();
+                let mut host = streams::CircHost {
+                    o,
+                    me: &self.me,
+                    out: &mut self.out,
+                    id,
                 };
-                if s.data.try_send(data).is_err() {
-                    // Flow control guarantees room; a full queue means
-                    // the client ignored the stream window or our XOFF.
-                    o.circ.stream_closed(stream);
-                    if let Some(s) = o.streams.remove(&stream) {
-                        s.gate.close();
-                    }
-                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
-                } else {
-                    s.buffered = s.buffered.saturating_add(len);
-                    let buffered = s.buffered;
-                    if let Some(m) = o.circ.stream_buffered(stream, buffered, Instant::now()) {
-                        self.send_flow(id, stream, &[m]);
-                    }
-                }
-            }
-            Inbound::End { stream, .. } => {
-                if let Some(s) = o.streams.remove(&stream) {
-                    s.gate.close();
-                }
+                streams::stream_action(&ctx, &mut host, a, from_client);
             }
             Inbound::Sendme { stream: 0, msg } => {
                 let chan = chan_signal(&self.me.writer, &o.params);
@@ -153,20 +106,6 @@ impl Reactor {
                     return;
                 }
             }
-            Inbound::Xoff { stream } => {
-                debug!("XOFF for an exit stream");
-                self.ctx.stats.xoff_received.fetch_add(1, Ordering::Relaxed);
-                if let Some(s) = o.streams.get(&stream) {
-                    s.gate.on_xoff();
-                }
-            }
-            Inbound::Xon { stream, kbps } => {
-                debug!("XON for an exit stream ({kbps} kB/s)");
-                self.ctx.stats.xon_received.fetch_add(1, Ordering::Relaxed);
-                if let Some(s) = o.streams.get(&stream) {
-                    s.gate.on_xon(kbps);
-                }
-            }
             Inbound::Truncate => {
                 if let Some(n) = o.next.take() {
                     o.circ.next_gone();
@@ -179,6 +118,15 @@ impl Reactor {
                 self.originate(id, RelayCmd::TRUNCATED, 0, &[destroy_reason::REQUESTED]);
             }
             Inbound::OnionService { cmd, data, .. } => self.hs_cell(id, cmd, data),
+            Inbound::ConfluxLink(l) => self.conflux_link(id, l),
+            Inbound::ConfluxLinkedAck => self.conflux_linked_ack(id),
+            Inbound::ConfluxSwitch(seq) => self.conflux_switch(id, seq),
+            Inbound::Multiplexed {
+                cmd,
+                stream,
+                data,
+                sequenced,
+            } => self.conflux_msg(id, cmd, stream, data, sequenced),
             Inbound::Nothing => {}
         }
         self.after_inbound(id, circ_sendme);
@@ -190,32 +138,5 @@ impl Reactor {
             let m = Sendme::Authenticated(d).encode();
             self.originate(id, RelayCmd::SENDME, 0, &m);
         }
-    }
-
-    pub(super) fn open_exit_stream(&mut self, id: u32, sid: u16, req: exit::Request) {
-        let Some(o) = self.origins.get_mut(&id) else {
-            return;
-        };
-        let (tx, rx) = mpsc::channel(exit::STREAM_QUEUE);
-        let gate = Arc::new(StreamGate::for_circuit(o.circ.is_cc()));
-        o.streams.insert(
-            sid,
-            StreamTx {
-                data: tx,
-                gate: gate.clone(),
-                buffered: 0,
-            },
-        );
-        let s = exit::ExitStream {
-            ctx: self.ctx.clone(),
-            origin: self.me.clone(),
-            circ_id: id,
-            stream: sid,
-            shared: o.shared.clone(),
-            window_open: o.window_open.clone(),
-            gate,
-            data: rx,
-        };
-        tokio::spawn(exit::run(s, req));
     }
 }

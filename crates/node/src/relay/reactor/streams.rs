@@ -1,0 +1,219 @@
+//! Exit-stream messages from the client (BEGIN, BEGIN_DIR, RESOLVE, DATA,
+//! END, XON, XOFF) acted on for whatever holds the streams: one circuit
+//! (its origin entry) or a conflux set (all its legs).
+
+use super::*;
+use crate::relay::RelayCtx;
+use crate::relay::exit::StreamPath;
+use onionmix_proto::relay_circ::ExitStreams;
+
+/// What holds a group of exit streams and carries their messages back.
+pub(crate) trait StreamHost {
+    /// The streams' queues towards their targets, and their gates.
+    fn txs(&mut self) -> &mut HashMap<u16, StreamTx>;
+    /// Their flow-control state.
+    fn flow(&mut self) -> &mut ExitStreams;
+    /// Send a stream-level message (END, XON, XOFF, stream SENDME)
+    /// towards the client.
+    fn send(&mut self, cmd: RelayCmd, sid: u16, data: &[u8]);
+    /// Where a new exit stream task sends.
+    fn path(&self) -> StreamPath;
+    /// Whether the streams run under congestion control.
+    fn is_cc(&self) -> bool;
+}
+
+/// Send stream flow-control messages (stream SENDMEs, XON, XOFF),
+/// counting XON/XOFF.
+pub(crate) fn send_flow(
+    ctx: &RelayCtx,
+    host: &mut dyn StreamHost,
+    sid: u16,
+    msgs: &[StreamFlowMsg],
+) {
+    for m in msgs {
+        let stat = match m {
+            StreamFlowMsg::Xoff => Some(&ctx.stats.xoff_sent),
+            StreamFlowMsg::Xon(_) => Some(&ctx.stats.xon_sent),
+            StreamFlowMsg::Sendme => None,
+        };
+        if let Some(c) = stat {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        let (cmd, body) = m.encode();
+        host.send(cmd, sid, &body);
+    }
+}
+
+/// An exit stream wrote `cells` DATA cells (`bytes` bytes) to its target.
+pub(crate) fn stream_drained(
+    ctx: &RelayCtx,
+    host: &mut dyn StreamHost,
+    sid: u16,
+    cells: u32,
+    bytes: usize,
+) {
+    let Some(s) = host.txs().get_mut(&sid) else {
+        return;
+    };
+    s.buffered = s.buffered.saturating_sub(bytes);
+    let buffered = s.buffered;
+    let mut msgs = Vec::new();
+    host.flow()
+        .stream_drained(sid, cells, bytes, buffered, Instant::now(), &mut msgs);
+    send_flow(ctx, host, sid, &msgs);
+}
+
+/// An exit stream ended from our side (its END was sent).
+pub(crate) fn stream_closed(host: &mut dyn StreamHost, sid: u16) {
+    host.flow().stream_closed(sid);
+    if let Some(s) = host.txs().remove(&sid) {
+        s.gate.close();
+    }
+}
+
+/// Start an exit stream task for `req` on stream `sid`.
+pub(crate) fn open_exit_stream(
+    ctx: &Arc<RelayCtx>,
+    host: &mut dyn StreamHost,
+    sid: u16,
+    req: exit::Request,
+    anonymous: bool,
+) {
+    let (tx, rx) = mpsc::channel(exit::STREAM_QUEUE);
+    let gate = Arc::new(StreamGate::for_circuit(host.is_cc()));
+    host.txs().insert(
+        sid,
+        StreamTx {
+            data: tx,
+            gate: gate.clone(),
+            buffered: 0,
+        },
+    );
+    let s = exit::ExitStream {
+        ctx: ctx.clone(),
+        path: host.path(),
+        stream: sid,
+        gate,
+        data: rx,
+        anonymous,
+    };
+    tokio::spawn(exit::run(s, req));
+}
+
+/// Act on a stream message for `host`; `from_client`: the circuit it came
+/// on has a client (an unauthenticated connection) as previous hop.
+/// Anything that is not a stream message is ignored here.
+pub(crate) fn stream_action(
+    ctx: &Arc<RelayCtx>,
+    host: &mut dyn StreamHost,
+    action: Inbound<'_>,
+    from_client: bool,
+) {
+    let anonymous = !from_client || ctx.cfg.allow_single_hop_exits;
+    match action {
+        Inbound::Begin { stream, begin } => {
+            if !anonymous {
+                // As stock tor: no exit streams on a client's first hop
+                // (BEGIN_DIR and RESOLVE are still served).
+                debug!("refused BEGIN on the first hop of a client's circuit");
+                ctx.stats
+                    .single_hop_begins_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                host.flow().stream_closed(stream);
+                host.send(RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+            } else {
+                open_exit_stream(ctx, host, stream, exit::Request::Connect(begin), anonymous);
+            }
+        }
+        Inbound::BeginDir { stream } => {
+            open_exit_stream(ctx, host, stream, exit::Request::Dir, anonymous);
+        }
+        Inbound::Resolve { stream, name } => {
+            open_exit_stream(ctx, host, stream, exit::Request::Resolve(name), anonymous);
+        }
+        Inbound::Data { stream, data } => {
+            let len = data.len();
+            let data = Bytes::copy_from_slice(data);
+            let queued = match host.txs().get_mut(&stream) {
+                None => return,
+                Some(s) => match s.data.try_send(data) {
+                    Ok(()) => {
+                        s.buffered = s.buffered.saturating_add(len);
+                        Some(s.buffered)
+                    }
+                    Err(_) => None,
+                },
+            };
+            match queued {
+                Some(buffered) => {
+                    if let Some(m) = host
+                        .flow()
+                        .stream_buffered(stream, buffered, Instant::now())
+                    {
+                        send_flow(ctx, host, stream, &[m]);
+                    }
+                }
+                None => {
+                    // Flow control guarantees room; a full queue means
+                    // the client ignored the stream window or our XOFF.
+                    stream_closed(host, stream);
+                    host.send(RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+                }
+            }
+        }
+        Inbound::End { stream, .. } => {
+            if let Some(s) = host.txs().remove(&stream) {
+                s.gate.close();
+            }
+        }
+        Inbound::Xoff { stream } => {
+            debug!("XOFF for an exit stream");
+            ctx.stats.xoff_received.fetch_add(1, Ordering::Relaxed);
+            if let Some(s) = host.txs().get(&stream) {
+                s.gate.on_xoff();
+            }
+        }
+        Inbound::Xon { stream, kbps } => {
+            debug!("XON for an exit stream ({kbps} kB/s)");
+            ctx.stats.xon_received.fetch_add(1, Ordering::Relaxed);
+            if let Some(s) = host.txs().get(&stream) {
+                s.gate.on_xon(kbps);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A circuit's own streams (not a conflux leg's).
+pub(super) struct CircHost<'a> {
+    pub(super) o: &'a mut Origin,
+    pub(super) me: &'a RelayChanHandle,
+    pub(super) out: &'a mut BytesMut,
+    pub(super) id: u32,
+}
+
+impl StreamHost for CircHost<'_> {
+    fn txs(&mut self) -> &mut HashMap<u16, StreamTx> {
+        &mut self.o.streams
+    }
+    fn flow(&mut self) -> &mut ExitStreams {
+        self.o.circ.streams_mut()
+    }
+    fn send(&mut self, cmd: RelayCmd, sid: u16, data: &[u8]) {
+        // Keep everything queued so far ahead of this cell.
+        let pending = self.out.split();
+        self.me.writer.send_now(pending);
+        originate_backward(&self.o.shared, self.me, self.id, cmd, sid, data);
+    }
+    fn path(&self) -> StreamPath {
+        StreamPath::Circ {
+            shared: self.o.shared.clone(),
+            origin: self.me.clone(),
+            circ_id: self.id,
+            window_open: self.o.window_open.clone(),
+        }
+    }
+    fn is_cc(&self) -> bool {
+        self.o.circ.is_cc()
+    }
+}

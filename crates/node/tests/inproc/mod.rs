@@ -1,0 +1,126 @@
+//! In-process relays and a TCP target for tests that run our client
+//! against our relays (congestion control, conflux).
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use onionmix_cell::relay::{Begin, TargetHost};
+use onionmix_node::client::circuit::{self, HopTarget};
+use onionmix_node::client::stream::Stream;
+use onionmix_node::reactor::{StreamEvent, StreamRequest};
+use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
+use onionmix_proto::cc::CcParams;
+
+/// An in-process relay (an exit to loopback when `exit`), and how our
+/// client reaches it, asking for congestion control (ntor-v3).
+pub async fn start_relay(
+    dir: &std::path::Path,
+    nick: &str,
+    exit: bool,
+) -> (Arc<RelayCtx>, HopTarget) {
+    start_relay_with(dir, nick, exit, true).await
+}
+
+/// [`start_relay`], with ntor and fixed windows when `cc` is false.
+pub async fn start_relay_with(
+    dir: &std::path::Path,
+    nick: &str,
+    exit: bool,
+    cc: bool,
+) -> (Arc<RelayCtx>, HopTarget) {
+    let cfg = RelayConfig::parse(&format!(
+        "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
+         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
+        dir.join(nick).display().to_string()
+    ))
+    .unwrap();
+    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
+    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
+    let addr = relay::start(ctx.clone()).await.unwrap();
+    let target = HopTarget {
+        ntor_v3: cc,
+        flowctrl_cc: cc,
+        params: cc.then(|| Arc::new(CcParams::default())),
+        ..HopTarget::local_relay(&ctx, addr)
+    };
+    (ctx, target)
+}
+
+pub fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+/// A TCP target: "bytes N\n" sends N pattern bytes and closes; "sink N
+/// D\n" waits D ms, then reads N bytes and answers their SHA-256.
+pub async fn start_target() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut line = Vec::new();
+                let mut b = [0u8; 1];
+                while !line.ends_with(b"\n") {
+                    if s.read_exact(&mut b).await.is_err() {
+                        return;
+                    }
+                    line.push(b[0]);
+                }
+                let line = String::from_utf8_lossy(&line).trim().to_string();
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["bytes", n] => {
+                        let _ = s.write_all(&pattern(n.parse().unwrap())).await;
+                        let _ = s.shutdown().await;
+                    }
+                    ["sink", n, delay] => {
+                        let n: usize = n.parse().unwrap();
+                        tokio::time::sleep(Duration::from_millis(delay.parse().unwrap())).await;
+                        let mut got = vec![0u8; n];
+                        if s.read_exact(&mut got).await.is_ok() {
+                            let _ = s.write_all(&Sha256::digest(&got)).await;
+                        }
+                        let _ = s.shutdown().await;
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    addr
+}
+
+pub async fn open(circ: &circuit::Circuit, target: SocketAddr) -> Stream {
+    let (s, ev) = circ
+        .open_stream(
+            StreamRequest::Begin(Begin {
+                host: TargetHost::Ip(target.ip()),
+                port: target.port(),
+                flags: 0,
+            }),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("BEGIN");
+    assert!(matches!(ev, StreamEvent::Connected(_)));
+    s
+}
+
+/// Poll `f` every 50 ms until it holds, or panic naming `what` after
+/// `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
