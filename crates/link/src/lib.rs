@@ -13,7 +13,7 @@ pub mod quic;
 pub mod tls;
 
 pub use io::{ChannelIo, ChannelWriter, spawn_channel_io};
-pub use quic::{QuicLimits, QuicLink, QuicStream, QuicTransport};
+pub use quic::{QuicLimits, QuicLink, QuicStream, QuicTransport, spawn_quic_channel_io};
 pub use tls::{TlsInfo, TlsTransport};
 
 /// Errors from link transports.

@@ -145,7 +145,10 @@ fn quic_hint_round_trips_and_odd_hints_are_ignored() {
     assert_eq!(back.rsa_id(), Some([1; 20]));
     // Wrong length or port 0: no hint, and no error (as an unknown type).
     for bad in [vec![], vec![1], vec![0, 0], vec![1, 2, 3]] {
-        assert_eq!(LinkSpec::Unknown(LSTYPE_ONIONMIX_QUIC, bad).quic_port(), None);
+        assert_eq!(
+            LinkSpec::Unknown(LSTYPE_ONIONMIX_QUIC, bad).quic_port(),
+            None
+        );
     }
     assert_eq!(LinkSpec::Unknown(9, vec![1, 2]).quic_port(), None);
 }

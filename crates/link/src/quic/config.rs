@@ -83,6 +83,11 @@ pub struct QuicLimits {
     pub max_connections: usize,
     /// Handshakes the endpoint keeps pending before refusing new ones.
     pub max_pending_handshakes: usize,
+    /// Bytes queued towards the peer for one circuit stream (waiting for
+    /// its flow-control credit or the connection) at most; a circuit whose
+    /// queue would pass this is destroyed with RESOURCELIMIT, as tor closes
+    /// a circuit whose cell queue is full.
+    pub max_circuit_queue: usize,
 }
 
 impl Default for QuicLimits {
@@ -97,6 +102,7 @@ impl Default for QuicLimits {
             open_stream_timeout: Duration::from_secs(30),
             max_connections: 4096,
             max_pending_handshakes: 256,
+            max_circuit_queue: 8 * 1024 * 1024,
         }
     }
 }
@@ -109,6 +115,7 @@ impl QuicLimits {
             || self.stream_receive_window > self.receive_window
             || self.max_connections == 0
             || self.max_pending_handshakes == 0
+            || self.max_circuit_queue == 0
         {
             return Err(LinkError::Config("inconsistent QUIC limits"));
         }

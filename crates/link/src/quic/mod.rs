@@ -8,6 +8,7 @@
 //! certificate and the RFC 5705 / TLS 1.3 exporter), exposed exactly as
 //! the TLS transport exposes them ([`TlsInfo`]).
 
+pub(crate) mod chan;
 mod config;
 mod stream;
 #[cfg(test)]
@@ -22,8 +23,9 @@ use quinn::{Connection, ConnectionError, Endpoint, EndpointConfig, VarInt};
 use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+pub use chan::{STREAM_BACKPRESSURE_SHARE, spawn_quic_channel_io};
 pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicLimits, codes};
-pub use stream::{QuicStream, peer_reset_code};
+pub use stream::{QuicStream, connection_lost, peer_reset_code};
 
 use crate::LinkError;
 use crate::certpolicy::SNI;
