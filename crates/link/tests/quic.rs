@@ -444,3 +444,53 @@ async fn loopback_throughput() {
         );
     }
 }
+
+/// Certificate rotation: connections accepted after `set_server_identity`
+/// see the new certificate, and `handshake_with` serves exactly the
+/// identity it is given (whatever the endpoint serves by then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_server_identity_is_served_to_new_connections() {
+    let (s, first) = server(QuicLimits::default());
+    let c = client(QuicLimits::default());
+    let ((_, _, info), _) = pair(&c, &s).await;
+    assert_eq!(info.peer_cert.as_deref(), Some(first.as_slice()));
+
+    let (c2, k2) = cert();
+    let second = s.server_identity(c2.clone(), k2).expect("identity");
+    assert_eq!(second.cert(), c2.as_slice());
+    s.set_server_identity(&second);
+    let ((_, _, info), (_, _, rinfo)) = pair(&c, &s).await;
+    assert_eq!(info.peer_cert.as_deref(), Some(c2.as_slice()));
+    assert_eq!(rinfo.own_cert.as_deref(), Some(c2.as_slice()));
+
+    // An identity picked by the caller wins over the endpoint's current one.
+    let (c3, k3) = cert();
+    let third = s.server_identity(c3.clone(), k3).expect("identity");
+    let addr = s.local_addr().expect("addr");
+    let (a, b) = within("handshake_with", async {
+        tokio::join!(
+            async {
+                let (l, mut ctrl, info) = c.connect(addr).await.expect("connect");
+                ctrl.write_all(b"x").await.expect("write");
+                (l, ctrl, info)
+            },
+            async {
+                s.accept()
+                    .await
+                    .expect("incoming")
+                    .handshake_with(&third)
+                    .await
+            }
+        )
+    })
+    .await;
+    let (_l, _ctrl, info) = a;
+    assert_eq!(info.peer_cert.as_deref(), Some(c3.as_slice()));
+    assert_eq!(
+        b.expect("accept").2.own_cert.as_deref(),
+        Some(c3.as_slice())
+    );
+    // A client-only transport has no identity to derive from.
+    let (c4, k4) = cert();
+    assert!(c.server_identity(c4, k4).is_err());
+}

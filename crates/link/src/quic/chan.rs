@@ -35,7 +35,7 @@ use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::{CellCodec, ChanCmd, RawCell};
 
 use super::stream::{connection_lost, peer_reset_code};
-use super::{QuicLimits, QuicLink, QuicStream, codes};
+use super::{QuicLink, QuicStream, codes};
 use crate::LinkError;
 use crate::io::{
     ChannelIo, ChannelWriter, InboundTx, ReadEnd, inbound_queue, read_cells, spawn_writer,
@@ -60,8 +60,8 @@ pub fn spawn_quic_channel_io(
     codec: CellCodec,
     leftover: BytesMut,
     accept_circuits: bool,
-    limits: &QuicLimits,
 ) -> Result<ChannelIo, LinkError> {
+    let limits = link.limits.clone();
     if codec.circ_id_len() != 4 {
         link.close(codes::PROTOCOL);
         return Err(LinkError::Protocol(

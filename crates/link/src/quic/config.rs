@@ -174,12 +174,13 @@ impl QuicLimits {
         Ok(cfg)
     }
 
-    /// Server configuration for the given certificate and PKCS#8 key.
-    pub(crate) fn server_config(
+    /// The TLS half of a server configuration: the given certificate and
+    /// PKCS#8 key, TLS 1.3 only, our ALPN, no tickets, no 0-RTT.
+    pub(crate) fn server_crypto(
         &self,
         cert_der: Vec<u8>,
         key_pkcs8_der: Vec<u8>,
-    ) -> Result<quinn::ServerConfig, LinkError> {
+    ) -> Result<Arc<QuicServerConfig>, LinkError> {
         let mut tls = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_no_client_auth()
@@ -194,10 +195,25 @@ impl QuicLimits {
         tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         let quic = QuicServerConfig::try_from(tls)
             .map_err(|_| LinkError::Config("no QUIC initial cipher suite"))?;
-        let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(quic));
+        Ok(Arc::new(quic))
+    }
+
+    /// Server configuration for the given certificate and PKCS#8 key (with
+    /// a fresh key for Retry tokens; later identities of the same endpoint
+    /// keep it, see `QuicTransport::server_identity`).
+    pub(crate) fn server_config(
+        &self,
+        cert_der: Vec<u8>,
+        key_pkcs8_der: Vec<u8>,
+    ) -> Result<quinn::ServerConfig, LinkError> {
+        let mut cfg =
+            quinn::ServerConfig::with_crypto(self.server_crypto(cert_der, key_pkcs8_der)?);
         cfg.transport_config(self.transport()?)
             .migration(false)
             .max_incoming(self.max_pending_handshakes);
+        // No NEW_TOKEN tokens: a token handed to a client would link its
+        // later connections to this one.
+        cfg.validation_token.sent(0);
         Ok(cfg)
     }
 }
