@@ -8,6 +8,7 @@ pub mod client;
 pub mod clock;
 pub mod gate;
 pub mod glue;
+pub mod linkchoice;
 pub mod memory;
 pub mod metrics;
 pub mod reactor;

@@ -128,6 +128,11 @@ impl QuicTransport {
         })
     }
 
+    /// The identity served to new connections (None: client only).
+    pub fn identity(&self) -> Option<QuicServerIdentity> {
+        self.current_identity()
+    }
+
     fn current_identity(&self) -> Option<QuicServerIdentity> {
         self.server
             .read()

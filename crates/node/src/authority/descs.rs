@@ -24,6 +24,7 @@ impl Authority {
             family: d.family.clone(),
             policy_summary: summary.clone(),
             ed_id: d.ed_id,
+            quic_port: d.quic_port,
         });
         let mut st = self.lock();
         if let Some(old) = st.descs.get(&d.rsa_id) {
@@ -83,17 +84,22 @@ impl Authority {
                 (
                     SocketAddr::new(IpAddr::V4(s.desc.address), s.desc.or_port),
                     s.desc.ed_id,
+                    s.desc
+                        .quic_port
+                        .map(|p| SocketAddr::new(IpAddr::V4(s.desc.address), p)),
                 )
             })
         };
-        let Some((addr, ed)) = target else { return };
+        let Some((addr, ed, quic)) = target else {
+            return;
+        };
         let ok = if id == ctx.rsa_id {
             true
         } else {
             matches!(
                 tokio::time::timeout(
                     REACH_TIMEOUT,
-                    ctx.channels.get_or_connect(&ctx, id, Some(ed), addr)
+                    ctx.channels.get_or_connect(&ctx, id, Some(ed), addr, quic)
                 )
                 .await,
                 Ok(Ok(_))

@@ -116,10 +116,14 @@ impl ExitStream {
             if !self.send_cell(&data[..n]).await {
                 return false;
             }
-            // Backpressure on the client link.
+            // Backpressure on the client link (on QUIC: on this circuit's
+            // stream of it).
             let hw = onionmix_link::io::DEFAULT_HIGH_WATER;
-            if self.origin.writer.queued_bytes() >= hw {
-                self.origin.writer.wait_below(hw).await;
+            if self.origin.writer.circuit_queued_bytes(self.circ_id) >= hw {
+                self.origin
+                    .writer
+                    .wait_circuit_below(self.circ_id, hw)
+                    .await;
             }
             data = &data[n..];
         }

@@ -1,11 +1,15 @@
-//! Helpers for tests that start stock `tor` processes.
+//! Helpers for tests that start stock `tor` processes, and in-process
+//! onionmix relays (`inproc`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 #![allow(dead_code)]
+
+pub mod inproc;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)]
 pub use onionmix_testsupport::tor_available;
 
 /// A free loopback port (from the shared allocator: never handed out twice).

@@ -128,7 +128,7 @@ impl Reactor {
                 }
             }
             Inbound::Sendme { stream: 0, msg } => {
-                let chan = chan_signal(&self.me.writer, &o.params);
+                let chan = chan_signal(&self.me.writer, id, &o.params);
                 let res = {
                     let mut g = lock(&o.shared);
                     let r = g.sender.on_sendme(&msg, Instant::now(), chan);

@@ -249,7 +249,7 @@ impl Backend for ClientBackend {
                         .relay(&RelayId(rid))
                         .filter(|_| has_md)
                         .ok_or_else(|| CmdError::new(552, format!("No descriptor for \"{n}\"")))?;
-                    hops.push(DirMgr::hop(r, &params));
+                    hops.push(self.dir().hop(r, &params));
                 }
                 hops
             }
