@@ -66,7 +66,10 @@ fn fetch(rt: &tokio::runtime::Runtime, info: &NetworkInfo, socks: std::net::Sock
             None,
         ))
         .unwrap_or_else(|e| panic!("{n} bytes through {socks}: {e}"));
-    assert!(r.body.len() as u64 == n && r.sha256_ok(), "{n} bytes verified");
+    assert!(
+        r.body.len() as u64 == n && r.sha256_ok(),
+        "{n} bytes verified"
+    );
     eprintln!("{n} bytes through {socks} in {t:?}");
 }
 

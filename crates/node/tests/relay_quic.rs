@@ -199,3 +199,32 @@ async fn rotation_replaces_the_quic_certificate() {
     assert!(!old.is_closed());
     assert_eq!(link_transport(&r, None).as_deref(), Some("quic"));
 }
+
+/// A circuit whose EXTEND2 carries no QUIC hint (a stock client's): the
+/// relay picks QUIC from its directory, and TLS for a relay the directory
+/// lists without QUIC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_picks_quic_without_a_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, mut guard) = quic_relay(tmp.path(), "guard", false).await;
+    let (m, mut middle) = quic_relay(tmp.path(), "middle", false).await;
+    let (x, mut exit) = quic_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+    let quic_addr = |h: &HopTarget| SocketAddr::new(h.or_addr.ip(), h.quic_port.unwrap());
+    // The guard's directory: the middle takes QUIC. The middle's: the exit
+    // is listed without QUIC.
+    g.quic.set_directory([(m.rsa_id, Some(quic_addr(&middle)))]);
+    m.quic.set_directory([(x.rsa_id, None)]);
+    for h in [&mut guard, &mut middle, &mut exit] {
+        h.quic_port = None;
+    }
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let chan = mgr.get(&guard).await.unwrap();
+    let circ = circuit::build(chan, vec![guard, middle, exit], LONG)
+        .await
+        .expect("circuit");
+    assert_eq!(link_transport(&g, None).as_deref(), Some("tls"));
+    assert_eq!(link_transport(&g, Some(m.rsa_id)).as_deref(), Some("quic"));
+    assert_eq!(link_transport(&m, Some(x.rsa_id)).as_deref(), Some("tls"));
+    bulk(&circ, target, 256 << 10).await;
+}

@@ -196,7 +196,8 @@ impl NetworkInfo {
             .filter_map(|n| Some((n.fingerprint.clone()?.to_ascii_uppercase(), n.name.clone())))
             .collect();
         for n in &mut self.nodes {
-            if n.implementation != Implementation::Onionmix || !n.roles.iter().any(|r| r.is_relay()) {
+            if n.implementation != Implementation::Onionmix || !n.roles.iter().any(|r| r.is_relay())
+            {
                 continue;
             }
             let Ok(text) = std::fs::read_to_string(n.data_dir.join("status.json")) else {

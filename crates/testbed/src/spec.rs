@@ -63,7 +63,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "onionmix-basic-quic-20ms",
         include_str!("../../../testnets/onionmix-basic-quic-20ms.toml"),
     ),
-    ("mixed-quic", include_str!("../../../testnets/mixed-quic.toml")),
+    (
+        "mixed-quic",
+        include_str!("../../../testnets/mixed-quic.toml"),
+    ),
     ("mixed-hs", include_str!("../../../testnets/mixed-hs.toml")),
     (
         "onionmix-hs-20ms",
@@ -489,7 +492,13 @@ mod tests {
         assert_eq!(q.links, Links::Quic);
         assert_eq!(q.link_config(Role::Exit), ["quic = true"]);
         assert!(q.link_config(Role::OnionService).is_empty());
-        assert!(Spec::parse("x", "name='x'\nlinks='udp'\n[[nodes]]\nimpl='tor'\nrole='authority'\ncount=3").is_err());
+        assert!(
+            Spec::parse(
+                "x",
+                "name='x'\nlinks='udp'\n[[nodes]]\nimpl='tor'\nrole='authority'\ncount=3"
+            )
+            .is_err()
+        );
         let mut s = Spec::load("onionmix-basic").unwrap();
         assert_eq!(s.voting_schedule(), (20, 4, 4));
         s.voting_interval_secs = Some(10);

@@ -285,6 +285,7 @@ pub async fn run(cfg: AuthorityConfig) -> Result<(), String> {
     let dir: Arc<dyn DirServer> = Arc::new(AuthDir(auth.clone()));
     let ctx = crate::relay::make_ctx(relay_cfg, relay_keys, Some(dir))?;
     let _ = auth.relay.set(ctx.clone());
+    auth.sync_quic_directory();
     let listener = TcpListener::bind(auth.cfg.dir_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", auth.cfg.dir_listen))?;

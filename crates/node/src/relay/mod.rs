@@ -370,10 +370,7 @@ async fn connect(
     addr: SocketAddr,
     quic: Option<SocketAddr>,
 ) -> Result<RelayChanHandle, String> {
-    let quic = match ctx.quic.endpoint() {
-        Some(_) => ctx.quic.peers.target(id, quic, std::time::Instant::now()),
-        None => None,
-    };
+    let quic = ctx.quic.target(id, quic).await;
     crate::linkchoice::connect(&ctx.quic.peers, id, quic, addr, ctx.quic.fallback, |via| {
         connect_via(ctx, id, ed, via)
     })

@@ -6,8 +6,14 @@
 //! consensus from an authority's DirPort, checks its signatures like a
 //! client does, and keeps only the `params` line. Until the first fetch
 //! succeeds, tor's defaults apply (congestion control on).
+//!
+//! A relay with QUIC links also fetches the microdescriptors the
+//! consensus lists and keeps which relays advertise QUIC
+//! (`onionmix-quic`), so it picks QUIC for them when it extends a circuit
+//! that carries no hint (a stock client's). It fetches again early (at
+//! most every [`MIN_FETCH_GAP`]) when an extension meets a relay it does
+//! not list.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +21,8 @@ use rand::seq::SliceRandom;
 use tracing::{debug, info};
 
 use onionmix_netdoc::{
-    AuthCertificate, AuthorityConfig, DirRequest, TimeTolerance, UnverifiedConsensus,
-    merge_certificates,
+    AuthCertificate, AuthorityConfig, Consensus, DirRequest, NetDir, TimeTolerance,
+    UnverifiedConsensus, merge_certificates, parse_microdescs,
 };
 use onionmix_proto::cc::CcParams;
 
@@ -26,6 +32,8 @@ use crate::client::dir::DirMgr;
 
 /// Most authority key certificates kept.
 const MAX_CERTS: usize = 64;
+/// Fetches asked for by extensions are at least this far apart.
+pub const MIN_FETCH_GAP: Duration = Duration::from_secs(5);
 
 /// The authorities as the directory code wants them.
 pub fn authority_configs(entries: &[AuthorityEntry]) -> Vec<AuthorityConfig> {
@@ -60,11 +68,11 @@ async fn fetch_any(auths: &[AuthorityConfig], req: &DirRequest) -> Result<String
     Err(last)
 }
 
-/// Fetch and verify the current consensus; return its parameters.
-pub async fn fetch_params(
+/// Fetch and verify the current microdesc consensus.
+pub async fn fetch_consensus(
     auths: &[AuthorityConfig],
     certs: &mut Vec<AuthCertificate>,
-) -> Result<BTreeMap<String, i32>, String> {
+) -> Result<Consensus, String> {
     let now = crate::clock::now();
     let text = fetch_any(auths, &DirRequest::microdesc_consensus()).await?;
     let unverified = UnverifiedConsensus::parse(&text).map_err(|e| e.to_string())?;
@@ -78,10 +86,50 @@ pub async fn fetch_params(
             .collect();
         merge_certificates(certs, fetched, auths, now, MAX_CERTS);
     }
-    let consensus = unverified
+    unverified
         .verify(auths, certs, now, TimeTolerance::default())
-        .map_err(|e| format!("consensus refused: {e}"))?;
-    Ok(consensus.params().clone())
+        .map_err(|e| format!("consensus refused: {e}"))
+}
+
+/// Bring `nd` to `consensus`, fetch the microdescriptors it lacks, and
+/// hand `ctx` every listed relay's QUIC address. True when every listed
+/// relay's microdescriptor is held.
+async fn update_quic_directory(
+    ctx: &RelayCtx,
+    auths: &[AuthorityConfig],
+    nd: &mut Option<NetDir>,
+    consensus: Consensus,
+) -> bool {
+    let mut dir = match nd.take() {
+        Some(old) => old.with_new_consensus(consensus),
+        None => NetDir::new(consensus),
+    };
+    for req in DirRequest::microdesc_batches(&dir.missing_microdescs()) {
+        match fetch_any(auths, &req).await {
+            Ok(text) => {
+                dir.add_microdescs(parse_microdescs(&text).microdescs);
+            }
+            Err(e) => debug!("fetching microdescriptors failed: {e}"),
+        }
+    }
+    let quic: std::collections::HashMap<[u8; 20], std::net::SocketAddr> = dir
+        .relays()
+        .filter_map(|r| {
+            let port = r.quic_port?;
+            Some((
+                r.rsa_id,
+                std::net::SocketAddr::new((*r.ipv4.ip()).into(), port),
+            ))
+        })
+        .collect();
+    ctx.quic.set_directory(
+        dir.listed()
+            .iter()
+            .map(|l| (l.rsa_id, quic.get(&l.rsa_id).copied())),
+    );
+    let complete = dir.missing_microdescs().is_empty();
+    *nd = Some(dir);
+    complete
 }
 
 /// Keep `ctx`'s consensus parameters current.
@@ -95,12 +143,20 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
     } else {
         (Duration::from_secs(60), Duration::from_secs(1800))
     };
+    let quic = ctx.quic.endpoint().is_some();
     let mut certs = Vec::new();
+    let mut nd: Option<NetDir> = None;
     let mut first = true;
     loop {
-        let wait = match fetch_params(&auths, &mut certs).await {
-            Ok(p) => {
-                let cc = CcParams::from_consensus(&p);
+        let started = tokio::time::Instant::now();
+        let wait = match fetch_consensus(&auths, &mut certs).await {
+            Ok(consensus) => {
+                let cc = CcParams::from_consensus(consensus.params());
+                let complete = if quic {
+                    update_quic_directory(&ctx, &auths, &mut nd, consensus).await
+                } else {
+                    true
+                };
                 if first {
                     info!(
                         "consensus parameters: congestion control {} (sendme_inc {})",
@@ -110,13 +166,24 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                     first = false;
                 }
                 ctx.set_cc_params(cc);
-                refresh
+                if complete { refresh } else { retry }
             }
             Err(e) => {
                 debug!("fetching the consensus parameters failed: {e}");
                 retry
             }
         };
-        tokio::time::sleep(wait).await;
+        if quic {
+            // Early when an extension met a relay we do not list, but not
+            // more often than MIN_FETCH_GAP.
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = ctx.quic.directory_wanted() => {
+                    tokio::time::sleep_until(started + MIN_FETCH_GAP).await;
+                }
+            }
+        } else {
+            tokio::time::sleep(wait).await;
+        }
     }
 }

@@ -2,12 +2,18 @@
 //! the ORPort (same port number unless `quic_listen` says otherwise) with
 //! the ORPort's admission limits, the responder side of the link
 //! handshake over the control stream, and what the relay knows of other
-//! relays' QUIC links. Outgoing links choose their transport in
+//! relays' QUIC links: learned from links ([`RelayQuic::peers`]) and from
+//! the directory ([`RelayQuic::directory`]: the consensus and
+//! microdescriptors for a relay, the uploaded descriptors for an
+//! authority). Outgoing links choose their transport in
 //! [`super::ChannelRegistry::get_or_connect`].
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use tracing::{debug, info};
 
@@ -21,6 +27,10 @@ use crate::admission::Permit;
 use crate::clock::now_unix;
 use crate::linkchoice::QuicPeers;
 
+/// How long an extension to a relay our directory does not list waits
+/// for a fresher directory before it picks a transport.
+pub const DIRECTORY_WAIT: Duration = Duration::from_secs(3);
+
 /// The relay's QUIC state.
 #[derive(Debug)]
 pub struct RelayQuic {
@@ -29,6 +39,34 @@ pub struct RelayQuic {
     pub peers: QuicPeers,
     /// How long a QUIC attempt may take before TLS is tried.
     pub fallback: Duration,
+    /// What the directory says of relays' QUIC links.
+    directory: Mutex<Directory>,
+    /// A newer directory is installed.
+    dir_updated: Notify,
+    /// An extension met a relay the directory does not list.
+    dir_wanted: Notify,
+    /// A loop keeps the directory current and answers `dir_wanted`.
+    dir_loop: std::sync::atomic::AtomicBool,
+}
+
+/// Relays' QUIC addresses as the directory gives them.
+#[derive(Debug, Default)]
+struct Directory {
+    /// Relays the directory lists (with or without QUIC).
+    listed: HashSet<[u8; 20]>,
+    /// Their QUIC addresses, for those that advertise QUIC.
+    quic: HashMap<[u8; 20], SocketAddr>,
+}
+
+/// What the directory says of one relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirQuic {
+    /// It takes QUIC links here.
+    Quic(SocketAddr),
+    /// Listed, without QUIC.
+    NoQuic,
+    /// Not listed (yet).
+    Unknown,
 }
 
 impl RelayQuic {
@@ -37,6 +75,84 @@ impl RelayQuic {
             endpoint: OnceLock::new(),
             peers: QuicPeers::new(MAX_KNOWN_ADDRS),
             fallback,
+            directory: Mutex::new(Directory::default()),
+            dir_updated: Notify::new(),
+            dir_wanted: Notify::new(),
+            dir_loop: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn dir(&self) -> std::sync::MutexGuard<'_, Directory> {
+        self.directory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the directory says of `id`.
+    pub fn dir_lookup(&self, id: &[u8; 20]) -> DirQuic {
+        let d = self.dir();
+        match d.quic.get(id) {
+            Some(a) => DirQuic::Quic(*a),
+            None if d.listed.contains(id) => DirQuic::NoQuic,
+            None => DirQuic::Unknown,
+        }
+    }
+
+    /// Replace the directory's view (a relay's new consensus and
+    /// microdescriptors): `relays` lists every relay with its QUIC address
+    /// if it has one.
+    pub fn set_directory(&self, relays: impl IntoIterator<Item = ([u8; 20], Option<SocketAddr>)>) {
+        let mut d = Directory::default();
+        for (id, q) in relays.into_iter().take(super::MAX_KNOWN_ADDRS) {
+            d.listed.insert(id);
+            if let Some(q) = q {
+                d.quic.insert(id, q);
+            }
+        }
+        *self.dir() = d;
+        self.dir_updated.notify_waiters();
+    }
+
+    /// Add or update one relay (an authority's accepted descriptor).
+    pub fn note_directory(&self, id: [u8; 20], quic: Option<SocketAddr>) {
+        let mut d = self.dir();
+        if !d.listed.contains(&id) && d.listed.len() >= super::MAX_KNOWN_ADDRS {
+            return;
+        }
+        d.listed.insert(id);
+        match quic {
+            Some(q) => d.quic.insert(id, q),
+            None => d.quic.remove(&id),
+        };
+    }
+
+    /// Wait until an extension met a relay the directory does not list
+    /// (the directory loop then fetches early). Calling this marks the
+    /// directory as kept by a loop, so extensions wait for it.
+    pub async fn directory_wanted(&self) {
+        self.dir_loop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.dir_wanted.notified().await;
+    }
+
+    /// Where to try QUIC for `id` (None: TLS): the caller's hint, else the
+    /// directory, else what we learned; never while QUIC failed for `id`
+    /// recently. A relay the directory does not list makes the directory
+    /// loop fetch now, and this waits for it (at most
+    /// [`DIRECTORY_WAIT`]).
+    pub async fn target(&self, id: [u8; 20], hint: Option<SocketAddr>) -> Option<SocketAddr> {
+        self.endpoint()?;
+        if hint.is_some() {
+            return self.peers.target(id, hint, Instant::now());
+        }
+        let mut dir = self.dir_lookup(&id);
+        if dir == DirQuic::Unknown && self.dir_loop.load(std::sync::atomic::Ordering::Relaxed) {
+            let updated = self.dir_updated.notified();
+            self.dir_wanted.notify_one();
+            let _ = tokio::time::timeout(DIRECTORY_WAIT, updated).await;
+            dir = self.dir_lookup(&id);
+        }
+        match dir {
+            DirQuic::Quic(a) => self.peers.target(id, Some(a), Instant::now()),
+            DirQuic::NoQuic | DirQuic::Unknown => self.peers.target(id, None, Instant::now()),
         }
     }
 
