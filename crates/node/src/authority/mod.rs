@@ -301,6 +301,8 @@ pub async fn run(cfg: AuthorityConfig) -> Result<(), String> {
     tokio::spawn(auth.clone().voting_loop());
     tokio::spawn(auth.clone().reachability_loop());
     tokio::spawn(crate::relay::publish::publish_loop(ctx.clone()));
+    // The embedded relay's counters and links, as a relay writes them.
+    tokio::spawn(crate::relay::write_status_forever(ctx.clone()));
     crate::client::wait_for_shutdown().await;
     info!("shutting down");
     Ok(())

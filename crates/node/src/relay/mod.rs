@@ -564,7 +564,8 @@ pub fn status(ctx: &RelayCtx) -> serde_json::Value {
     })
 }
 
-async fn write_status_forever(ctx: Arc<RelayCtx>) {
+/// Rewrite `<data_dir>/status.json` (see [`status`]) about every second.
+pub(crate) async fn write_status_forever(ctx: Arc<RelayCtx>) {
     let path = ctx.cfg.data_dir.join("status.json");
     let mut last = String::new();
     loop {
