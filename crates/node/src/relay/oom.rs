@@ -115,7 +115,7 @@ impl QueueRegistry {
                 ))
             })
             .collect();
-        v.sort_by(|a, b| (a.0.is_none(), a.0).cmp(&(b.0.is_none(), b.0)));
+        v.sort_by_key(|a| (a.0.is_none(), a.0));
         v.into_iter().map(|(_, j)| j).collect()
     }
 
