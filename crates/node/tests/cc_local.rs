@@ -4,6 +4,8 @@
 //! exit's consensus turns congestion control off.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,36 +22,18 @@ use onionmix_node::client::chanmgr::ChanMgr;
 use onionmix_node::client::circuit::{self, HopTarget};
 use onionmix_node::client::stream::Stream;
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
-use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
+use onionmix_node::relay::RelayCtx;
+
+use common::inproc::pattern;
 use onionmix_proto::cc::CcParams;
 
+/// A relay whose hop uses ntor-v3 and congestion control.
 async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
-    let cfg = RelayConfig::parse(&format!(
-        "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
-         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
-        dir.join(nick).display().to_string()
-    ))
-    .unwrap();
-    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
-    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
-    let addr = relay::start(ctx.clone()).await.unwrap();
-    let target = HopTarget {
-        nickname: nick.into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: true,
-        optimistic_data: true,
-        flowctrl_cc: true,
-        quic_port: None,
-        params: Some(Arc::new(CcParams::default())),
-    };
+    let (ctx, mut target) = common::inproc::start_relay(dir, nick, exit, "").await;
+    target.ntor_v3 = true;
+    target.flowctrl_cc = true;
+    target.params = Some(Arc::new(CcParams::default()));
     (ctx, target)
-}
-
-fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 31 % 251) as u8).collect()
 }
 
 /// A TCP target: "bytes N\n" sends N pattern bytes and closes; "sink N

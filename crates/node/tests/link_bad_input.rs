@@ -3,6 +3,8 @@
 //! channels afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,17 +142,6 @@ async fn broken_responders_fail_cleanly() {
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let good = HopTarget {
-        nickname: "good".into(),
-        rsa_id: ctx.rsa_id,
-        ed_id: Some(ctx.ed_id),
-        or_addr: addr,
-        ntor_key: ctx.ntor_keys()[0].public(),
-        ntor_v3: false,
-        optimistic_data: true,
-        flowctrl_cc: false,
-        quic_port: None,
-        params: None,
-    };
+    let good = common::inproc::hop_target(&ctx, "good", addr);
     mgr.get(&good).await.expect("good relay after broken ones");
 }

@@ -182,6 +182,13 @@ impl RelayCtx {
     pub fn keys(&self) -> RelayKeys {
         self.link().id.keys().clone()
     }
+    /// Admit a new connection (TLS or QUIC) from `peer` under the ORPort's
+    /// limits; known relays and authorities skip the per-address ones.
+    pub(crate) fn admit(&self, peer: SocketAddr) -> Result<Permit, crate::admission::Refusal> {
+        let known = self.known.contains(peer.ip());
+        self.admission
+            .admit(peer.ip(), known, std::time::Instant::now())
+    }
     /// The ORPort we listen on.
     pub fn or_port(&self) -> u16 {
         match self.bound_or_port.load(Ordering::Relaxed) {
@@ -512,11 +519,7 @@ pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((tcp, peer)) => {
-                let known = ctx.known.contains(peer.ip());
-                match ctx
-                    .admission
-                    .admit(peer.ip(), known, std::time::Instant::now())
-                {
+                match ctx.admit(peer) {
                     Ok(permit) => {
                         tokio::spawn(accept_one(ctx.clone(), tcp, peer, permit));
                     }

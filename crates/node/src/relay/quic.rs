@@ -207,11 +207,7 @@ impl RelayCtx {
 async fn serve(ctx: Arc<RelayCtx>, t: QuicTransport) {
     while let Some(inc) = t.accept().await {
         let peer = inc.remote_address();
-        let known = ctx.known.contains(peer.ip());
-        match ctx
-            .admission
-            .admit(peer.ip(), known, std::time::Instant::now())
-        {
+        match ctx.admit(peer) {
             Ok(permit) => {
                 tokio::spawn(accept_one(ctx.clone(), inc, peer, permit));
             }

@@ -30,7 +30,14 @@ pub async fn start_relay(
     let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
     let ctx = relay::make_ctx(cfg, keys, None).unwrap();
     let addr = relay::start(ctx.clone()).await.unwrap();
-    let target = HopTarget {
+    let target = hop_target(&ctx, nick, addr);
+    (ctx, target)
+}
+
+/// How to reach relay `ctx` at `addr`: ntor, fixed windows, its QUIC port
+/// if it runs QUIC.
+pub fn hop_target(ctx: &RelayCtx, nick: &str, addr: SocketAddr) -> HopTarget {
+    HopTarget {
         nickname: nick.into(),
         rsa_id: ctx.rsa_id,
         ed_id: Some(ctx.ed_id),
@@ -41,8 +48,7 @@ pub async fn start_relay(
         flowctrl_cc: false,
         quic_port: ctx.quic.port(),
         params: None,
-    };
-    (ctx, target)
+    }
 }
 
 /// A TCP server: "echo" mode echoes; a first line "bytes N" sends N
