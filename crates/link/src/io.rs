@@ -132,8 +132,8 @@ impl ChannelWriter {
         self.queued.load(Ordering::Relaxed)
     }
     /// Memory this channel's queues hold (the memory-pressure handler's
-    /// measure): on TLS [`Self::queued_bytes`]; on a QUIC link every
-    /// circuit stream's whole queue plus what the QUIC stack buffers.
+    /// measure): on TLS [`Self::queued_bytes`]; on a QUIC link the control
+    /// queue and every circuit stream's whole queue.
     pub fn memory_bytes(&self) -> usize {
         let extra = self.mux.as_ref().map_or(0, |m| m.extra_memory());
         self.queued_bytes().saturating_add(extra)

@@ -81,7 +81,6 @@ pub fn spawn_quic_channel_io(
         stream_bytes: AtomicUsize::new(0),
         shared_bytes: AtomicUsize::new(0),
         max_circuit_queue: limits.max_circuit_queue,
-        send_window: usize::try_from(limits.send_window).unwrap_or(usize::MAX),
         accept_circuits,
     });
     let (send, recv) = control.into_split();
@@ -158,7 +157,6 @@ pub(crate) struct Mux {
     /// Of those, what counts in `queued`.
     shared_bytes: AtomicUsize,
     max_circuit_queue: usize,
-    send_window: usize,
     accept_circuits: bool,
 }
 
@@ -403,15 +401,15 @@ impl Mux {
     }
 
     /// Memory beyond the back-pressure count: the rest of the circuit
-    /// queues, and QUIC's send buffer. quinn does not report how much it
-    /// buffers; while any circuit queue is non-empty its writer is waiting
-    /// for quinn, whose buffer is then full (the send window), so that is
-    /// charged; otherwise quinn holds at most what is in flight.
+    /// queues. What quinn itself buffers is not counted: it reports no
+    /// occupancy, and any guess (its send window whenever a queue waits)
+    /// would close busy links under a cap they do not threaten; it is
+    /// bounded per link by the send and receive windows, as a TLS link's
+    /// kernel socket buffers are (`docs/quic-links.md` §5.2).
     pub(crate) fn extra_memory(&self) -> usize {
         let total = self.stream_bytes.load(Ordering::Relaxed);
         let shared = self.shared_bytes.load(Ordering::Relaxed);
-        let quinn = if total > 0 { self.send_window } else { 0 };
-        total.saturating_sub(shared).saturating_add(quinn)
+        total.saturating_sub(shared)
     }
 
     /// Close the connection now (the memory-pressure handler).

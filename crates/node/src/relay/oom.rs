@@ -120,7 +120,7 @@ impl QueueRegistry {
     }
 
     /// Bytes queued on all registered channels (their memory: on QUIC
-    /// links every circuit stream's queue and QUIC's send buffer).
+    /// links every circuit stream's whole queue).
     pub fn total(&self) -> usize {
         let w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
         w.values().map(|w| w.memory_bytes()).sum()
