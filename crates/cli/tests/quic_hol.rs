@@ -97,7 +97,11 @@ fn summary(label: &str, v: &[f64]) -> String {
     )
 }
 
-async fn phases(socks: SocketAddr, echo: SocketAddr, http: SocketAddr) -> (Vec<f64>, Vec<f64>, u64) {
+async fn phases(
+    socks: SocketAddr,
+    echo: SocketAddr,
+    http: SocketAddr,
+) -> (Vec<f64>, Vec<f64>, u64) {
     let t = Duration::from_secs(60);
     let mut e = socks::connect(socks, &Target::Addr(echo), Some(("echo", "x")), t)
         .await
