@@ -182,14 +182,16 @@ impl CellCodec {
         self.circ_id_len + 1 + PAYLOAD_LEN
     }
 
-    /// Split one complete cell off the front of `buf`, if there is one.
-    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<RawCell>, CellError> {
+    /// The circuit ID, command and wire length of the complete cell at the
+    /// front of `buf`, without consuming it; `None` if the cell is not
+    /// complete yet.
+    pub fn peek_frame(&self, buf: &[u8]) -> Result<Option<(u32, ChanCmd, usize)>, CellError> {
         let hdr = self.circ_id_len + 1;
         if buf.len() < hdr {
             return Ok(None);
         }
         let cmd = ChanCmd(buf[self.circ_id_len]);
-        let (body_off, body_len) = if cmd.is_var() {
+        let total = if cmd.is_var() {
             if buf.len() < hdr + 2 {
                 return Ok(None);
             }
@@ -197,11 +199,11 @@ impl CellCodec {
             if len > self.max_var_len {
                 return Err(CellError::TooLong(len));
             }
-            (hdr + 2, len)
+            hdr + 2 + len
         } else {
-            (hdr, PAYLOAD_LEN)
+            hdr + PAYLOAD_LEN
         };
-        if buf.len() < body_off + body_len {
+        if buf.len() < total {
             return Ok(None);
         }
         let circ_id = if self.circ_id_len == 4 {
@@ -209,8 +211,17 @@ impl CellCodec {
         } else {
             u16::from_be_bytes([buf[0], buf[1]]) as u32
         };
+        Ok(Some((circ_id, cmd, total)))
+    }
+
+    /// Split one complete cell off the front of `buf`, if there is one.
+    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<RawCell>, CellError> {
+        let Some((circ_id, cmd, total)) = self.peek_frame(buf)? else {
+            return Ok(None);
+        };
+        let body_off = self.circ_id_len + 1 + if cmd.is_var() { 2 } else { 0 };
         buf.advance(body_off);
-        let payload = buf.split_to(body_len);
+        let payload = buf.split_to(total - body_off);
         Ok(Some(RawCell {
             circ_id,
             cmd,

@@ -448,6 +448,13 @@ impl End {
     }
 }
 
+/// Link specifier type of onionmix's QUIC link hint (`docs/quic-links.md`):
+/// the next hop accepts QUIC links on this UDP port of the address in the
+/// IPv4 / IPv6 specifier. Two bytes, the port. Not a tor-spec type; relays
+/// that do not know it ignore it (tor-spec §5.1.2: "Nodes MUST ignore
+/// unrecognized specifiers").
+pub const LSTYPE_ONIONMIX_QUIC: u8 = 0xF1;
+
 /// A link specifier (tor-spec §5.1.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkSpec {
@@ -464,6 +471,22 @@ pub enum LinkSpec {
 }
 
 impl LinkSpec {
+    /// onionmix's QUIC hint: the next hop takes QUIC links on UDP `port`
+    /// ([`LSTYPE_ONIONMIX_QUIC`]).
+    pub fn onionmix_quic(port: u16) -> LinkSpec {
+        LinkSpec::Unknown(LSTYPE_ONIONMIX_QUIC, port.to_be_bytes().to_vec())
+    }
+    /// The UDP port of an onionmix QUIC hint; None for any other specifier
+    /// (or a hint of the wrong length, or port 0).
+    pub fn quic_port(&self) -> Option<u16> {
+        match self {
+            LinkSpec::Unknown(LSTYPE_ONIONMIX_QUIC, b) => match b[..] {
+                [hi, lo] => Some(u16::from_be_bytes([hi, lo])).filter(|p| *p != 0),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
     /// Append `LSTYPE LSLEN LSPEC` (an unknown specifier's body is cut to
     /// 255 bytes).
     pub fn write(&self, out: &mut Vec<u8>) {
@@ -603,6 +626,10 @@ impl Extend2 {
             LinkSpec::Ed25519Id(a) => Some(*a),
             _ => None,
         })
+    }
+    /// The UDP port of onionmix's QUIC hint, if given.
+    pub fn quic_port(&self) -> Option<u16> {
+        self.specs.iter().find_map(LinkSpec::quic_port)
     }
 }
 

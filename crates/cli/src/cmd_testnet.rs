@@ -36,7 +36,9 @@ pub enum TestnetCmd {
         #[arg(long)]
         clock_file: Option<PathBuf>,
     },
-    /// Show the nodes of a network and whether they are running.
+    /// Show the nodes of a network, whether they are running, and the
+    /// open links of onionmix relays with their transport (TLS or QUIC;
+    /// network.json is updated with them).
     Status {
         /// State directory.
         #[arg(long)]
@@ -102,7 +104,10 @@ pub fn run(cmd: TestnetCmd) -> anyhow::Result<()> {
             Ok(())
         }
         TestnetCmd::Status { dir } => {
-            let info = NetworkInfo::load(&dir).map_err(anyhow::Error::msg)?;
+            let mut info = NetworkInfo::load(&dir).map_err(anyhow::Error::msg)?;
+            info.refresh_links();
+            // Best effort: a read-only state directory still gets a status.
+            let _ = info.save();
             print_status(&info);
             Ok(())
         }
@@ -158,6 +163,7 @@ fn print_status(info: &NetworkInfo) {
             n.fingerprint.as_deref().unwrap_or("-")
         );
     }
+    print_links(info);
     if let Some(s) = &info.sink {
         println!(
             "{:<12} {:<9} {:<10} {:>7} http {} echo {} dns {} ({})  {}",
@@ -201,6 +207,33 @@ fn print_status(info: &NetworkInfo) {
         match onionmix_emu::run::read_status(&e.state_dir) {
             Ok(st) => println!("{}", st.render_table(false)),
             Err(err) => println!("(no link counters: {err})"),
+        }
+    }
+}
+
+/// The open links onionmix relays reported, one line each: who, to
+/// whom, the transport, who opened it, circuits.
+fn print_links(info: &NetworkInfo) {
+    let rows: Vec<String> = info
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.links.iter().map(move |l| {
+                format!(
+                    "  {:<12} {} {:<42} {:<5} {:>4} circuits",
+                    n.name,
+                    if l.initiated { "->" } else { "<-" },
+                    l.peer,
+                    l.transport,
+                    l.circuits
+                )
+            })
+        })
+        .collect();
+    if !rows.is_empty() {
+        println!("\nlinks of onionmix relays (-> opened by the relay, <- by the peer):");
+        for r in rows {
+            println!("{r}");
         }
     }
 }

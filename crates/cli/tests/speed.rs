@@ -313,6 +313,7 @@ async fn optimistic_data_is_resent_when_the_stream_is_retried() {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        quic_port: None,
         params: None,
     };
     let good = net.hops.clone();
@@ -399,6 +400,7 @@ async fn hung_hop_times_out_at_the_learned_bound() {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        quic_port: None,
         params: None,
     };
     let good = net.hops.clone();

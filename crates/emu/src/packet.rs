@@ -68,6 +68,20 @@ pub fn parse(pkt: &[u8]) -> Result<Addrs, ParseError> {
     }
 }
 
+/// IP protocol number of UDP.
+pub const PROTO_UDP: u8 = 17;
+
+/// Whether a (validated) packet carries UDP: IPv4 protocol 17, or IPv6
+/// next header 17 right after the fixed header (extension headers are not
+/// followed).
+pub fn is_udp(pkt: &[u8]) -> bool {
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) => pkt.get(9) == Some(&PROTO_UDP),
+        Some(6) => pkt.get(6) == Some(&PROTO_UDP),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn ipv4_udp(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize) -> Vec<u8> {
     let total = 20 + 8 + payload_len;

@@ -160,8 +160,8 @@ impl StatusSnapshot {
         );
         let _ = writeln!(
             s,
-            "  {:<34} {:>10} {:>12} {:>8} {:>8} {:>8} {:>10} {:>8}",
-            "link", "packets", "bytes", "loss", "burst", "queue", "q-hwm B", "reord"
+            "  {:<34} {:>10} {:>12} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8}",
+            "link", "packets", "bytes", "loss", "burst", "queue", "q-hwm B", "reord", "udp-drop"
         );
         for l in &self.links {
             let c = &l.counters;
@@ -170,7 +170,7 @@ impl StatusSnapshot {
             }
             let _ = writeln!(
                 s,
-                "  {:<34} {:>10} {:>12} {:>8} {:>8} {:>8} {:>10} {:>8}",
+                "  {:<34} {:>10} {:>12} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8}",
                 l.info.label(),
                 c.rx_packets,
                 c.rx_bytes,
@@ -178,7 +178,8 @@ impl StatusSnapshot {
                 c.drop_burst,
                 c.drop_queue,
                 c.queue_hwm_bytes,
-                c.reordered
+                c.reordered,
+                c.drop_udp
             );
         }
         s

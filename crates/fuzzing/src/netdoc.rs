@@ -270,6 +270,7 @@ pub fn routerdesc(data: &[u8]) {
         family: d.family.clone(),
         policy_summary: summary.clone(),
         ed_id: d.ed_id,
+        quic_port: d.quic_port,
     };
     let (md_text, md_digest) = build_microdesc(&parts);
     let md = Microdesc::parse(&md_text).expect("clients parse the microdescriptor we build");

@@ -37,6 +37,15 @@ const WRITE_COALESCE: usize = 256 * 1024;
 pub const DEFAULT_HIGH_WATER: usize = 2 * 1024 * 1024;
 
 /// The sending side of a channel, shareable across tasks.
+///
+/// On a QUIC link ([`crate::quic::spawn_quic_channel_io`]) the framed
+/// cells are sorted by circuit: channel-level cells go to the control
+/// stream through the queue below, each circuit's cells to its own stream's
+/// queue. [`ChannelWriter::queued_bytes`] then counts the control queue
+/// plus at most [`crate::quic::STREAM_BACKPRESSURE_SHARE`] of each circuit
+/// stream's queue, so one stalled circuit cannot make its producers (other
+/// channels' reactors) stop for everyone; [`ChannelWriter::memory_bytes`]
+/// counts everything.
 #[derive(Clone, Debug)]
 pub struct ChannelWriter {
     tx: mpsc::UnboundedSender<BytesMut>,
@@ -49,12 +58,59 @@ pub struct ChannelWriter {
     closing: Arc<Notify>,
     /// Notified by [`ChannelWriter::abort`] only.
     abort_signal: Arc<Notify>,
+    /// The circuit streams of a QUIC link.
+    mux: Option<Arc<crate::quic::chan::Mux>>,
 }
 
 impl ChannelWriter {
+    /// A writer with its queue's receiving end (for [`spawn_writer`]).
+    pub(crate) fn new() -> (ChannelWriter, mpsc::UnboundedReceiver<BytesMut>) {
+        let (tx, rx) = mpsc::unbounded_channel::<BytesMut>();
+        let w = ChannelWriter {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            drained: Arc::new(Notify::new()),
+            closed: Arc::new(AtomicBool::new(false)),
+            aborted: Arc::new(AtomicBool::new(false)),
+            closing: Arc::new(Notify::new()),
+            abort_signal: Arc::new(Notify::new()),
+            mux: None,
+        };
+        (w, rx)
+    }
+
+    /// This writer sorting cells onto `mux`'s circuit streams.
+    pub(crate) fn with_mux(mut self, mux: Arc<crate::quic::chan::Mux>) -> Self {
+        self.mux = Some(mux);
+        self
+    }
+
+    /// The back-pressure counter and its wake-up (shared with a QUIC
+    /// link's circuit streams).
+    pub(crate) fn counters(&self) -> (Arc<AtomicUsize>, Arc<Notify>) {
+        (self.queued.clone(), self.drained.clone())
+    }
+
     /// Append framed cells. Never blocks; returns false if the channel is
     /// closed.
     pub fn send_now(&self, buf: BytesMut) -> bool {
+        match &self.mux {
+            Some(m) => {
+                if self.closed.load(Ordering::Relaxed) {
+                    return false;
+                }
+                match m.sort(buf) {
+                    Some(control) => self.send_control(control),
+                    None => true,
+                }
+            }
+            None => self.send_control(buf),
+        }
+    }
+
+    /// Append framed cells to the queue of the transport's byte stream
+    /// (the TLS stream, or a QUIC link's control stream).
+    fn send_control(&self, buf: BytesMut) -> bool {
         if buf.is_empty() {
             return true;
         }
@@ -70,9 +126,41 @@ impl ChannelWriter {
         }
         true
     }
-    /// Bytes queued and not yet written.
+    /// Bytes queued and not yet written, as back-pressure counts them
+    /// (on a QUIC link: each circuit stream's queue only up to its share).
     pub fn queued_bytes(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+    /// Memory this channel's queues hold (the memory-pressure handler's
+    /// measure): on TLS [`Self::queued_bytes`]; on a QUIC link the control
+    /// queue and every circuit stream's whole queue.
+    pub fn memory_bytes(&self) -> usize {
+        let extra = self.mux.as_ref().map_or(0, |m| m.extra_memory());
+        self.queued_bytes().saturating_add(extra)
+    }
+    /// Bytes queued towards the peer for circuit `circ_id`: its stream's
+    /// queue on a QUIC link, the whole channel's queue on TLS.
+    pub fn circuit_queued_bytes(&self, circ_id: u32) -> usize {
+        match &self.mux {
+            Some(m) => m.circuit_queued(circ_id),
+            None => self.queued_bytes(),
+        }
+    }
+    /// Wait until fewer than `limit` bytes are queued for circuit
+    /// `circ_id` (see [`Self::circuit_queued_bytes`]) or the channel
+    /// closed.
+    pub async fn wait_circuit_below(&self, circ_id: u32, limit: usize) {
+        loop {
+            let notified = self.drained.notified();
+            if self.circuit_queued_bytes(circ_id) < limit || self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+    /// The transport carrying this channel: `"tls"` or `"quic"`.
+    pub fn transport(&self) -> &'static str {
+        if self.mux.is_some() { "quic" } else { "tls" }
     }
     /// Whether the writer has stopped.
     pub fn is_closed(&self) -> bool {
@@ -104,6 +192,9 @@ impl ChannelWriter {
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::Relaxed);
         self.abort_signal.notify_waiters();
+        if let Some(m) = &self.mux {
+            m.abort();
+        }
         self.close();
     }
     /// Whether [`ChannelWriter::abort`] was called.
@@ -137,70 +228,135 @@ pub fn spawn_channel_io<S>(stream: S, codec: CellCodec, leftover: BytesMut) -> C
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (rd, wr) = tokio::io::split(stream);
     let (in_tx, in_rx) = mpsc::channel::<Result<Vec<RawCell>, String>>(READ_QUEUE);
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<BytesMut>();
-    let writer = ChannelWriter {
-        tx: out_tx,
-        queued: Arc::new(AtomicUsize::new(0)),
-        drained: Arc::new(Notify::new()),
-        closed: Arc::new(AtomicBool::new(false)),
-        aborted: Arc::new(AtomicBool::new(false)),
-        closing: Arc::new(Notify::new()),
-        abort_signal: Arc::new(Notify::new()),
-    };
-
+    let (writer, out_rx) = ChannelWriter::new();
     tokio::spawn(async move {
-        let mut buf = leftover;
+        let why =
+            match read_cells(rd, &codec, leftover, &in_tx, Some(IDLE_TIMEOUT), |_| Ok(())).await {
+                ReadEnd::ReactorGone => return,
+                end => end.describe(),
+            };
+        let _ = in_tx.send(Err(why)).await;
+    });
+    spawn_writer(wr, writer.clone(), out_rx);
+    ChannelIo {
+        rx: in_rx,
+        tx: writer,
+    }
+}
+
+/// The reactor's end of the inbound queue.
+pub(crate) type InboundTx = mpsc::Sender<Result<Vec<RawCell>, String>>;
+
+/// A new inbound queue (reader tasks to a reactor).
+pub(crate) fn inbound_queue() -> (InboundTx, mpsc::Receiver<Result<Vec<RawCell>, String>>) {
+    mpsc::channel(READ_QUEUE)
+}
+
+/// Why [`read_cells`] stopped.
+#[derive(Debug)]
+pub(crate) enum ReadEnd {
+    /// The peer finished its sending side.
+    Eof,
+    /// Reading failed.
+    Error(std::io::Error),
+    /// Bytes that are not a cell.
+    BadCell(onionmix_cell::CellError),
+    /// The check refused a cell.
+    Refused(String),
+    /// Nothing arrived within the idle timeout.
+    Idle,
+    /// The reactor dropped its receiver.
+    ReactorGone,
+}
+
+impl ReadEnd {
+    /// The reason handed to the reactor.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            ReadEnd::Eof => "closed by peer".into(),
+            ReadEnd::Error(e) => format!("read error: {e}"),
+            ReadEnd::BadCell(e) => format!("bad cell: {e}"),
+            ReadEnd::Refused(why) => why.clone(),
+            ReadEnd::Idle => "idle timeout".into(),
+            ReadEnd::ReactorGone => "reactor gone".into(),
+        }
+    }
+}
+
+/// Read cells from `rd` (after `buf`, bytes already read) and hand them to
+/// the reactor in batches until the stream ends or `check` refuses one.
+/// `idle`: give up when nothing arrives for that long.
+pub(crate) async fn read_cells<R>(
+    mut rd: R,
+    codec: &CellCodec,
+    mut buf: BytesMut,
+    in_tx: &InboundTx,
+    idle: Option<Duration>,
+    mut check: impl FnMut(&RawCell) -> Result<(), String>,
+) -> ReadEnd
+where
+    R: AsyncRead + Unpin,
+{
+    loop {
+        let mut batch = Vec::new();
         loop {
-            let mut batch = Vec::new();
-            loop {
-                match codec.decode(&mut buf) {
-                    Ok(Some(cell)) => {
-                        batch.push(cell);
-                        if batch.len() >= MAX_BATCH {
-                            break;
+            match codec.decode(&mut buf) {
+                Ok(Some(cell)) => {
+                    if let Err(why) = check(&cell) {
+                        // What came before the refused cell still counts.
+                        if !batch.is_empty() {
+                            let _ = in_tx.send(Ok(batch)).await;
                         }
+                        return ReadEnd::Refused(why);
                     }
-                    Ok(None) => break,
-                    Err(e) => {
-                        let _ = in_tx.send(Err(format!("bad cell: {e}"))).await;
-                        return;
+                    batch.push(cell);
+                    if batch.len() >= MAX_BATCH {
+                        break;
                     }
                 }
-            }
-            if !batch.is_empty() {
-                if in_tx.send(Ok(batch)).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-            if buf.is_empty() && buf.capacity() > READ_BUF_KEEP {
-                // A burst grew the buffer: give the memory back while idle.
-                buf = BytesMut::new();
-            }
-            if buf.capacity() - buf.len() < READ_CHUNK / 2 {
-                buf.reserve(READ_CHUNK);
-            }
-            match tokio::time::timeout(IDLE_TIMEOUT, rd.read_buf(&mut buf)).await {
-                Ok(Ok(0)) => {
-                    let _ = in_tx.send(Err("closed by peer".into())).await;
-                    return;
-                }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    let _ = in_tx.send(Err(format!("read error: {e}"))).await;
-                    return;
-                }
-                Err(_) => {
-                    let _ = in_tx.send(Err("idle timeout".into())).await;
-                    return;
-                }
+                Ok(None) => break,
+                Err(e) => return ReadEnd::BadCell(e),
             }
         }
-    });
+        if !batch.is_empty() {
+            if in_tx.send(Ok(batch)).await.is_err() {
+                return ReadEnd::ReactorGone;
+            }
+            continue;
+        }
+        if buf.is_empty() && buf.capacity() > READ_BUF_KEEP {
+            // A burst grew the buffer: give the memory back while idle.
+            buf = BytesMut::new();
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+            buf.reserve(READ_CHUNK);
+        }
+        let read = match idle {
+            Some(d) => match tokio::time::timeout(d, rd.read_buf(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => return ReadEnd::Idle,
+            },
+            None => rd.read_buf(&mut buf).await,
+        };
+        match read {
+            Ok(0) => return ReadEnd::Eof,
+            Ok(_) => {}
+            Err(e) => return ReadEnd::Error(e),
+        }
+    }
+}
 
-    let w = writer.clone();
+/// The writer task: drains `out_rx` into `wr` until the writer is closed
+/// or aborted, then shuts `wr` down.
+pub(crate) fn spawn_writer<W>(
+    mut wr: W,
+    w: ChannelWriter,
+    mut out_rx: mpsc::UnboundedReceiver<BytesMut>,
+) where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     tokio::spawn(async move {
         loop {
             // `close()` with nothing queued must end the writer too (other
@@ -261,11 +417,6 @@ where
         w.closing.notify_waiters();
         let _ = wr.shutdown().await;
     });
-
-    ChannelIo {
-        rx: in_rx,
-        tx: writer,
-    }
 }
 
 #[cfg(test)]

@@ -8,12 +8,17 @@
 //! bounded queues of cells, and never knows which transport carries it.
 
 mod certpolicy;
+pub mod conn;
 pub mod io;
 pub mod quic;
 pub mod tls;
 
+pub use conn::LinkConn;
 pub use io::{ChannelIo, ChannelWriter, spawn_channel_io};
-pub use quic::{QuicLimits, QuicLink, QuicStream, QuicTransport};
+pub use quic::{
+    QuicIncoming, QuicLimits, QuicLink, QuicServerIdentity, QuicStream, QuicTransport,
+    spawn_quic_channel_io,
+};
 pub use tls::{TlsInfo, TlsTransport};
 
 /// Errors from link transports.

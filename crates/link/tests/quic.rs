@@ -9,68 +9,12 @@ use bytes::BytesMut;
 use onionmix_cell::{CellCodec, ChanCmd, RawCell};
 use onionmix_link::quic::codes;
 use onionmix_link::tls::AUTH3_EXPORTER_LABEL;
-use onionmix_link::{QuicLimits, QuicLink, QuicStream, QuicTransport, TlsInfo, spawn_channel_io};
+use onionmix_link::{QuicLimits, QuicTransport, spawn_channel_io};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Generous bound for anything a test waits on (the machine is busy).
-const LONG: Duration = Duration::from_secs(30);
-
-fn loopback() -> SocketAddr {
-    "127.0.0.1:0".parse().expect("address")
-}
-
-fn cert() -> (Vec<u8>, Vec<u8>) {
-    let ck = rcgen::generate_simple_self_signed(vec!["www.example.invalid".into()]).expect("cert");
-    (ck.cert.der().to_vec(), ck.signing_key.serialize_der())
-}
-
-fn server(limits: QuicLimits) -> (QuicTransport, Vec<u8>) {
-    let (c, k) = cert();
-    let t = QuicTransport::server(loopback(), c.clone(), k, limits).expect("server");
-    (t, c)
-}
-
-fn client(limits: QuicLimits) -> QuicTransport {
-    QuicTransport::client(loopback(), limits).expect("client")
-}
-
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(LONG, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-/// Connect `from` to `to` and accept there; returns both ends.
-async fn pair(
-    from: &QuicTransport,
-    to: &QuicTransport,
-) -> (
-    (QuicLink, QuicStream, TlsInfo),
-    (QuicLink, QuicStream, TlsInfo),
-) {
-    let addr = to.local_addr().expect("addr");
-    let accept = async {
-        let inc = to.accept().await.expect("incoming");
-        inc.handshake().await
-    };
-    let connect = async {
-        let (link, mut ctrl, info) = from.connect(addr).await?;
-        // The control stream becomes visible to the peer with its first
-        // bytes (VERSIONS, in a real link).
-        ctrl.write_all(b"hello").await?;
-        Ok::<_, onionmix_link::LinkError>((link, ctrl, info))
-    };
-    let (a, b) = within("connect+accept", async { tokio::join!(connect, accept) }).await;
-    let a = a.expect("connect");
-    let mut b = b.expect("accept");
-    let mut buf = [0u8; 5];
-    within("hello", b.1.read_exact(&mut buf))
-        .await
-        .expect("read hello");
-    assert_eq!(&buf, b"hello");
-    (a, b)
-}
+mod common;
+use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshake_both_ways_exporter_and_responder_cert() {
@@ -499,4 +443,54 @@ async fn loopback_throughput() {
             total as f64 * 8.0 / secs / 1e6
         );
     }
+}
+
+/// Certificate rotation: connections accepted after `set_server_identity`
+/// see the new certificate, and `handshake_with` serves exactly the
+/// identity it is given (whatever the endpoint serves by then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_server_identity_is_served_to_new_connections() {
+    let (s, first) = server(QuicLimits::default());
+    let c = client(QuicLimits::default());
+    let ((_, _, info), _) = pair(&c, &s).await;
+    assert_eq!(info.peer_cert.as_deref(), Some(first.as_slice()));
+
+    let (c2, k2) = cert();
+    let second = s.server_identity(c2.clone(), k2).expect("identity");
+    assert_eq!(second.cert(), c2.as_slice());
+    s.set_server_identity(&second);
+    let ((_, _, info), (_, _, rinfo)) = pair(&c, &s).await;
+    assert_eq!(info.peer_cert.as_deref(), Some(c2.as_slice()));
+    assert_eq!(rinfo.own_cert.as_deref(), Some(c2.as_slice()));
+
+    // An identity picked by the caller wins over the endpoint's current one.
+    let (c3, k3) = cert();
+    let third = s.server_identity(c3.clone(), k3).expect("identity");
+    let addr = s.local_addr().expect("addr");
+    let (a, b) = within("handshake_with", async {
+        tokio::join!(
+            async {
+                let (l, mut ctrl, info) = c.connect(addr).await.expect("connect");
+                ctrl.write_all(b"x").await.expect("write");
+                (l, ctrl, info)
+            },
+            async {
+                s.accept()
+                    .await
+                    .expect("incoming")
+                    .handshake_with(&third)
+                    .await
+            }
+        )
+    })
+    .await;
+    let (_l, _ctrl, info) = a;
+    assert_eq!(info.peer_cert.as_deref(), Some(c3.as_slice()));
+    assert_eq!(
+        b.expect("accept").2.own_cert.as_deref(),
+        Some(c3.as_slice())
+    );
+    // A client-only transport has no identity to derive from.
+    let (c4, k4) = cert();
+    assert!(c.server_identity(c4, k4).is_err());
 }

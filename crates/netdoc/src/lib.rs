@@ -39,7 +39,7 @@ pub use consensus::{
 };
 pub use dirclient::{DirClientError, DirRequest, DirRequestKind, DirResponse, ResponseParser};
 pub use guards::{GuardParams, GuardSet, GuardStateError};
-pub use microdesc::{Microdesc, MicrodescBatch, MicrodescError, parse_microdescs};
+pub use microdesc::{Microdesc, MicrodescBatch, MicrodescError, QUIC_KEYWORD, parse_microdescs};
 pub use netdir::{BandwidthWeights, NetDir, Position, Relay};
 pub use path::{ExitTarget, NodeRestrictions, PathBuilder, PathConfig, PathError};
 pub use srv::SharedRandom;

@@ -45,6 +45,28 @@ pub struct Microdesc {
     pub ipv4_policy: PortPolicy,
     /// IPv6 exit policy summary (`p6`; reject-all if absent).
     pub ipv6_policy: PortPolicy,
+    /// The UDP port of onionmix QUIC links (`onionmix-quic`), when the
+    /// relay offers them (see [`QUIC_KEYWORD`]).
+    pub quic_port: Option<u16>,
+}
+
+/// The keyword of the line with which onionmix relays advertise QUIC
+/// links (`docs/quic-links.md`): `onionmix-quic <udp port>` in the router
+/// descriptor, copied into the microdescriptor by onionmix authorities.
+/// Implementations that do not know it ignore it (dir-spec §1.2).
+pub const QUIC_KEYWORD: &str = "onionmix-quic";
+
+/// The port of the first well-formed `onionmix-quic` line of a document
+/// (extra arguments are ignored, for later versions; port 0 or a bad
+/// number is no port).
+pub fn quic_port_in(text: &str) -> Option<u16> {
+    text.lines().find_map(|l| {
+        let mut f = l.split_ascii_whitespace();
+        if f.next()? != QUIC_KEYWORD {
+            return None;
+        }
+        f.next()?.parse::<u16>().ok().filter(|p| *p != 0)
+    })
 }
 
 /// Result of parsing a text holding several microdescriptors.
@@ -64,7 +86,7 @@ impl Microdesc {
         }
         let md = tor_netdoc::doc::microdesc::MicrodescAndHash::parse(text)
             .map_err(|e| MicrodescError::Malformed(e.to_string()))?;
-        Ok(convert(&md))
+        Ok(convert(&md, text))
     }
 }
 
@@ -91,7 +113,9 @@ pub fn parse_microdescs(text: &str) -> MicrodescBatch {
             break;
         }
         match r {
-            Ok(a) => batch.microdescs.push(convert(a.md())),
+            Ok(a) => batch
+                .microdescs
+                .push(convert(a.md(), a.within(text).unwrap_or_default())),
             Err(e) => batch.errors.push(MicrodescError::Malformed(e.to_string())),
         }
     }
@@ -104,7 +128,9 @@ fn convert_policy(p: &tor_netdoc::types::policy::PortPolicy) -> PortPolicy {
     p.to_string().parse().unwrap_or_default()
 }
 
-fn convert(md: &tor_netdoc::doc::microdesc::MicrodescAndHash) -> Microdesc {
+/// `text`: the microdescriptor's own text (for the lines tor-netdoc does
+/// not keep).
+fn convert(md: &tor_netdoc::doc::microdesc::MicrodescAndHash, text: &str) -> Microdesc {
     Microdesc {
         digest: *md.digest(),
         ntor_onion_key: md.ntor_key().to_bytes(),
@@ -113,5 +139,6 @@ fn convert(md: &tor_netdoc::doc::microdesc::MicrodescAndHash) -> Microdesc {
         family_ids: md.family_ids().iter().map(|f| f.to_string()).collect(),
         ipv4_policy: convert_policy(md.ipv4_policy()),
         ipv6_policy: convert_policy(md.ipv6_policy()),
+        quic_port: quic_port_in(text),
     }
 }

@@ -171,6 +171,8 @@ pub struct Relay {
     pub ipv4_policy: PortPolicy,
     /// IPv6 exit policy summary.
     pub ipv6_policy: PortPolicy,
+    /// UDP port of onionmix QUIC links, if the relay offers them.
+    pub quic_port: Option<u16>,
     /// Subprotocol versions (`pr`).
     pub protocols: Protocols,
     /// Microdescriptor digest.
@@ -198,6 +200,7 @@ impl Relay {
             family_ids: md.family_ids.clone(),
             ipv4_policy: md.ipv4_policy.clone(),
             ipv6_policy: md.ipv6_policy.clone(),
+            quic_port: md.quic_port,
             protocols: rs.protocols.clone(),
             md_digest: rs.md_digest,
         }
@@ -318,6 +321,7 @@ impl NetDir {
                 family_ids: r.family_ids.clone(),
                 ipv4_policy: r.ipv4_policy.clone(),
                 ipv6_policy: r.ipv6_policy.clone(),
+                quic_port: r.quic_port,
             });
         }
         let consensus = Consensus::from_parts(lifetime, params, bandwidth_weights, entries);

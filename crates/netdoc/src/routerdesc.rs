@@ -53,6 +53,8 @@ pub struct DescriptorParams {
     pub hidden_service_dir: bool,
     /// Lifetime of the ntor cross-certificate, seconds.
     pub ntor_crosscert_lifetime: u64,
+    /// UDP port of onionmix QUIC links (`onionmix-quic`), if offered.
+    pub quic_port: Option<u16>,
 }
 
 /// Errors building a descriptor.
@@ -162,6 +164,9 @@ pub fn build(keys: &RelayKeys, p: &DescriptorParams) -> Result<String, Descripto
     if p.tunnelled_dir_server {
         d.push_str("tunnelled-dir-server\n");
     }
+    if let Some(port) = p.quic_port {
+        d.push_str(&format!("{} {port}\n", crate::microdesc::QUIC_KEYWORD));
+    }
     d.push_str("router-sig-ed25519 ");
     let mut h = Sha256::new();
     h.update(b"Tor router descriptor signature v1");
@@ -239,6 +244,8 @@ pub struct UploadedDesc {
     pub hidden_service_dir: bool,
     /// Says `hibernating 1`.
     pub hibernating: bool,
+    /// UDP port of onionmix QUIC links (`onionmix-quic`), if offered.
+    pub quic_port: Option<u16>,
 }
 
 /// Check an uploaded descriptor (HTTP POST body: one descriptor, maybe
@@ -318,6 +325,7 @@ pub fn verify_upload(body: &str, now_unix: u64) -> Result<UploadedDesc, String> 
         tunnelled_dir_server: false,
         hidden_service_dir: false,
         hibernating: false,
+        quic_port: crate::microdesc::quic_port_in(text),
     };
     let mut tap_crosscert: Option<String> = None;
     let mut lines = text.lines().peekable();
@@ -424,6 +432,7 @@ mod tests {
             tunnelled_dir_server: false,
             hidden_service_dir: false,
             ntor_crosscert_lifetime: 7 * 86400,
+            quic_port: None,
         }
     }
 
@@ -491,6 +500,14 @@ mod tests {
         let hs = verify_upload(&hs_text, now).unwrap();
         assert!(hs.hidden_service_dir);
         p.hidden_service_dir = false;
+        assert_eq!(u.quic_port, None);
+        // The QUIC line: Arti's parser (and so the upload check) takes the
+        // unknown keyword; the authority reads the port.
+        p.quic_port = Some(5001);
+        let q_text = build(&k, &p).unwrap();
+        assert_eq!(q_text.matches("\nonionmix-quic 5001\n").count(), 1);
+        assert_eq!(verify_upload(&q_text, now).unwrap().quic_port, Some(5001));
+        p.quic_port = None;
         assert!(
             u.onion_key_pem
                 .as_deref()

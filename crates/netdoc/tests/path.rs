@@ -103,6 +103,7 @@ fn relay(i: u8, flags: RelayFlags, bw: u32, policy: &str) -> Relay {
         family_ids: Vec::new(),
         ipv4_policy: policy.parse::<PortPolicy>().unwrap(),
         ipv6_policy: PortPolicy::reject_all(),
+        quic_port: None,
         protocols: "Relay=2-4 Link=4-5".parse::<Protocols>().unwrap(),
         md_digest: [i; 32],
     }

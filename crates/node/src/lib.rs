@@ -9,6 +9,7 @@ pub mod clock;
 pub mod control;
 pub mod gate;
 pub mod glue;
+pub mod linkchoice;
 pub mod memory;
 pub mod metrics;
 pub mod reactor;

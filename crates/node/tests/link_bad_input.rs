@@ -3,6 +3,8 @@
 //! channels afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,6 +106,7 @@ async fn fake_relay(how: Misbehave) -> (SocketAddr, HopTarget) {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        quic_port: None,
         params: None,
     };
     (addr, target)

@@ -5,12 +5,10 @@
 mod common;
 mod inproc;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
 use onionmix_cell::relay::{Begin, TargetHost, end_reason};
@@ -21,75 +19,11 @@ use onionmix_node::client::stream::StreamError;
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 
+use inproc::{bulk, start_target};
+
 /// Our relays here run with fixed windows (ntor, no congestion control).
 async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
     inproc::start_relay_with(dir, nick, exit, false).await
-}
-
-/// A TCP server: "echo" mode echoes; a first line "bytes N" sends N
-/// deterministic bytes and closes.
-async fn start_target() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut first = [0u8; 32];
-                let Ok(n) = s.read(&mut first).await else {
-                    return;
-                };
-                let head = String::from_utf8_lossy(&first[..n]).to_string();
-                if let Some(num) = head.strip_prefix("bytes ") {
-                    let n: usize = num.trim().parse().unwrap_or(0);
-                    let data = pattern(n);
-                    let _ = s.write_all(&data).await;
-                    let _ = s.shutdown().await;
-                } else {
-                    let _ = s.write_all(&first[..n]).await;
-                    let mut buf = vec![0u8; 65536];
-                    loop {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => {
-                                if s.write_all(&buf[..n]).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
-fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 31 % 251) as u8).collect()
-}
-
-async fn bulk(circ: &circuit::Circuit, target: SocketAddr, n: usize) {
-    let (mut s, ev) = circ
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip(target.ip()),
-                port: target.port(),
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
-        .await
-        .expect("BEGIN");
-    assert!(matches!(ev, StreamEvent::Connected(_)));
-    s.write_all(format!("bytes {n}\n").as_bytes())
-        .await
-        .unwrap();
-    let got = s.read_to_end(n + 1, Duration::from_secs(60)).await.unwrap();
-    assert_eq!(got.len(), n);
-    assert_eq!(Sha256::digest(&got), Sha256::digest(pattern(n)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,6 +144,7 @@ fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        quic_port: None,
         params: None,
     })
 }

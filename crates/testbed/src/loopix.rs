@@ -68,6 +68,7 @@ pub fn start(
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| dir.clone()),
             log: p.log.clone(),
+            links: Vec::new(),
         });
     }
     let mut info = NetworkInfo {

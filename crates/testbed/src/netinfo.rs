@@ -39,6 +39,25 @@ pub struct NodeInfo {
     pub data_dir: PathBuf,
     /// Log file.
     pub log: PathBuf,
+    /// The node's open links as it last reported them (onionmix relays and
+    /// authorities; see [`NetworkInfo::refresh_links`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkInfo>,
+}
+
+/// One open link of a node, from its `status.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LinkInfo {
+    /// The peer: a node name when it is one of the network's relays, its
+    /// fingerprint when not, `client` for a client (no address is
+    /// reported).
+    pub peer: String,
+    /// `tls` or `quic`.
+    pub transport: String,
+    /// Whether this node opened it.
+    pub initiated: bool,
+    /// Circuits on it.
+    pub circuits: u64,
 }
 
 impl NodeInfo {
@@ -167,6 +186,47 @@ impl NetworkInfo {
     pub fn onion_service(&self, name: &str) -> Option<&OnionServiceInfo> {
         self.onion_services.iter().find(|s| s.name == name)
     }
+    /// Read every onionmix relay's and authority's open links from its
+    /// `status.json` (written about every second) into `links`. Nodes
+    /// whose file is missing or unreadable keep what they had.
+    pub fn refresh_links(&mut self) {
+        let names: std::collections::HashMap<String, String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.fingerprint.clone()?.to_ascii_uppercase(), n.name.clone())))
+            .collect();
+        for n in &mut self.nodes {
+            if n.implementation != Implementation::Onionmix || !n.roles.iter().any(|r| r.is_relay())
+            {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(n.data_dir.join("status.json")) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                continue;
+            };
+            let Some(links) = v["links"].as_array() else {
+                continue;
+            };
+            n.links = links
+                .iter()
+                .map(|l| LinkInfo {
+                    peer: match l["peer"].as_str() {
+                        Some(fp) => names
+                            .get(&fp.to_ascii_uppercase())
+                            .cloned()
+                            .unwrap_or_else(|| fp.to_string()),
+                        None => "client".into(),
+                    },
+                    transport: l["transport"].as_str().unwrap_or("?").to_string(),
+                    initiated: l["initiated"].as_bool().unwrap_or(false),
+                    circuits: l["circuits"].as_u64().unwrap_or(0),
+                })
+                .collect();
+        }
+    }
+
     /// Clients of an implementation.
     pub fn clients(&self, imp: Option<Implementation>) -> Vec<&NodeInfo> {
         self.nodes

@@ -55,6 +55,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../testnets/onionmix-hs.toml"),
     ),
     ("stock-hs", include_str!("../../../testnets/stock-hs.toml")),
+    (
+        "onionmix-basic-quic",
+        include_str!("../../../testnets/onionmix-basic-quic.toml"),
+    ),
+    (
+        "onionmix-basic-quic-20ms",
+        include_str!("../../../testnets/onionmix-basic-quic-20ms.toml"),
+    ),
+    (
+        "mixed-quic",
+        include_str!("../../../testnets/mixed-quic.toml"),
+    ),
     ("mixed-hs", include_str!("../../../testnets/mixed-hs.toml")),
     (
         "onionmix-hs-20ms",
@@ -123,6 +135,20 @@ impl Role {
     }
 }
 
+/// What carries the links between onionmix nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Links {
+    /// TLS over TCP, as stock tor (the default).
+    #[default]
+    Tls,
+    /// QUIC between onionmix nodes that both run it (`docs/quic-links.md`):
+    /// onionmix relays, exits and authorities accept and prefer QUIC links
+    /// (falling back to TLS), onionmix clients reach their first hop over
+    /// QUIC. Links with stock tor stay TLS.
+    Quic,
+}
+
 /// A group of identical nodes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -183,6 +209,10 @@ pub struct Spec {
     /// gives an SRV every 4 minutes.
     #[serde(default)]
     pub voting_interval_secs: Option<u64>,
+    /// `"tls"` (default) or `"quic"`: the transport of links between
+    /// onionmix nodes, so one topology can be compared both ways.
+    #[serde(default)]
+    pub links: Links,
 }
 
 /// The voting interval of networks whose spec does not set one.
@@ -355,6 +385,17 @@ impl Spec {
         Ok(())
     }
 
+    /// Config lines the spec's `links` switch gives an onionmix node of
+    /// `role` (before the group's own `config` lines).
+    pub fn link_config(&self, role: Role) -> Vec<String> {
+        match (self.links, role) {
+            (Links::Quic, Role::Authority | Role::Relay | Role::Exit | Role::Client) => {
+                vec!["quic = true".to_string()]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The authorities' implementation.
     pub fn authority_impl(&self) -> Implementation {
         self.nodes
@@ -446,6 +487,18 @@ mod tests {
                 "{what} should be rejected"
             );
         }
+        assert_eq!(Spec::load("onionmix-basic").unwrap().links, Links::Tls);
+        let q = Spec::load("onionmix-basic-quic").unwrap();
+        assert_eq!(q.links, Links::Quic);
+        assert_eq!(q.link_config(Role::Exit), ["quic = true"]);
+        assert!(q.link_config(Role::OnionService).is_empty());
+        assert!(
+            Spec::parse(
+                "x",
+                "name='x'\nlinks='udp'\n[[nodes]]\nimpl='tor'\nrole='authority'\ncount=3"
+            )
+            .is_err()
+        );
         let mut s = Spec::load("onionmix-basic").unwrap();
         assert_eq!(s.voting_schedule(), (20, 4, 4));
         s.voting_interval_secs = Some(10);

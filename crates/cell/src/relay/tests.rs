@@ -135,3 +135,30 @@ proptest::proptest! {
         let _ = parse_xoff(&body[..]);
     }
 }
+
+#[test]
+fn quic_hint_round_trips_and_odd_hints_are_ignored() {
+    let e = Extend2 {
+        specs: vec![
+            LinkSpec::Ipv4("127.0.0.1:5000".parse().unwrap()),
+            LinkSpec::LegacyId([1; 20]),
+            LinkSpec::onionmix_quic(5001),
+        ],
+        create: Create2 {
+            htype: 2,
+            hdata: vec![3; 84],
+        },
+    };
+    let body = e.encode().unwrap();
+    let back = Extend2::parse(&body).unwrap();
+    assert_eq!(back.quic_port(), Some(5001));
+    assert_eq!(back.rsa_id(), Some([1; 20]));
+    // Wrong length or port 0: no hint, and no error (as an unknown type).
+    for bad in [vec![], vec![1], vec![0, 0], vec![1, 2, 3]] {
+        assert_eq!(
+            LinkSpec::Unknown(LSTYPE_ONIONMIX_QUIC, bad).quic_port(),
+            None
+        );
+    }
+    assert_eq!(LinkSpec::Unknown(9, vec![1, 2]).quic_port(), None);
+}

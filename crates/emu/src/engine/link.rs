@@ -17,6 +17,7 @@ struct Params {
     burst: f64,
     queue_limit: u64,
     reorder: Option<(f64, Nanos)>,
+    drop_udp: bool,
 }
 
 fn ms_to_ns(ms: f64) -> Nanos {
@@ -37,6 +38,7 @@ impl Params {
             reorder: p
                 .reorder
                 .map(|r| (r.probability, ms_to_ns(r.extra_delay_ms))),
+            drop_udp: p.drop_udp,
         }
     }
 }
@@ -46,6 +48,8 @@ pub(super) enum Drop {
     Loss,
     Burst,
     Queue,
+    /// A UDP datagram on a link that blocks UDP.
+    Udp,
 }
 
 pub(super) struct Link {
@@ -202,10 +206,15 @@ impl Link {
     }
 
     /// Run one packet through the link at time `t`: Ok(time it leaves).
-    pub(super) fn process(&mut self, t: Nanos, len: u32) -> Result<Nanos, Drop> {
+    /// `udp`: whether it carries UDP.
+    pub(super) fn process(&mut self, t: Nanos, len: u32, udp: bool) -> Result<Nanos, Drop> {
         self.c.rx_packets += 1;
         self.c.rx_bytes += u64::from(len);
-        let res = self.process_inner(t, len);
+        let res = if udp && self.p.drop_udp {
+            Err(Drop::Udp)
+        } else {
+            self.process_inner(t, len)
+        };
         match res {
             Ok(_) => {
                 self.c.tx_packets += 1;
@@ -214,6 +223,7 @@ impl Link {
             Err(Drop::Loss) => self.c.drop_loss += 1,
             Err(Drop::Burst) => self.c.drop_burst += 1,
             Err(Drop::Queue) => self.c.drop_queue += 1,
+            Err(Drop::Udp) => self.c.drop_udp += 1,
         }
         res
     }

@@ -106,6 +106,9 @@ pub struct LinkCounters {
     pub drop_burst: u64,
     /// Dropped because the queue was full (drop-tail).
     pub drop_queue: u64,
+    /// UDP datagrams dropped by a link that blocks UDP (`drop_udp`).
+    #[serde(default)]
+    pub drop_udp: u64,
     /// Largest queue occupancy seen, bytes.
     pub queue_hwm_bytes: u64,
     /// Packets deliberately reordered.
@@ -457,7 +460,8 @@ impl Engine {
             }
             let link = ev.route[usize::from(ev.next)];
             let len = ev.pkt.len() as u32;
-            match self.links[link].process(ev.time, len) {
+            let udp = packet::is_udp(&ev.pkt);
+            match self.links[link].process(ev.time, len, udp) {
                 Ok(t) => {
                     ev.time = t;
                     ev.next += 1;

@@ -422,3 +422,27 @@ proptest::proptest! {
         proptest::prop_assert_eq!(e.inflight_bytes(), 0);
     }
 }
+
+#[test]
+fn drop_udp_blocks_udp_only() {
+    let prof = LinkProfile {
+        drop_udp: true,
+        ..Default::default()
+    };
+    assert!(!prof.is_transparent());
+    let mut e = engine(Topology::uniform(&["a", "b"], prof, 1));
+    // Ten UDP datagrams vanish; the same packets as TCP (protocol 6) pass.
+    for i in 0..10u32 {
+        let mut p = pkt(&e, 0, 1, 100);
+        tag(&mut p, i);
+        e.ingress(0, 0, &p);
+        p[9] = 6;
+        e.ingress(0, 0, &p);
+    }
+    let out = drain(&mut e);
+    assert_eq!(out.len(), 10);
+    let c = e.core_counters("a", "b").expect("link");
+    assert_eq!((c.drop_udp, c.tx_packets), (10, 10));
+    // The other direction has its own profile (here the same).
+    assert!(crate::packet::is_udp(&pkt(&e, 1, 0, 64)));
+}

@@ -81,7 +81,8 @@ pub struct Reorder {
 
 /// What one directed link does to the packets that cross it.
 ///
-/// Order of operations for each packet: loss (random or Gilbert-Elliott) ->
+/// Order of operations for each packet: UDP blocked (`drop_udp`) -> loss
+/// (random or Gilbert-Elliott) ->
 /// token bucket with a drop-tail queue limited in bytes -> one-way delay plus
 /// bounded jitter (never reordering) -> optional reordering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -106,6 +107,10 @@ pub struct LinkProfile {
     pub queue_bytes: Option<u64>,
     /// Optional reordering.
     pub reorder: Option<Reorder>,
+    /// Drop every UDP datagram (a middlebox that blocks UDP, so QUIC fails
+    /// while TCP passes). IPv4 protocol 17, or IPv6 next header 17 directly
+    /// after the fixed header.
+    pub drop_udp: bool,
 }
 
 /// Default token bucket depth.
@@ -181,6 +186,7 @@ impl LinkProfile {
             && self.gilbert_elliott.is_none()
             && self.rate_mbit.is_none()
             && self.reorder.is_none()
+            && !self.drop_udp
     }
 
     /// Effective queue limit in bytes (only meaningful with a rate).

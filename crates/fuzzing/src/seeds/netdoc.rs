@@ -29,6 +29,7 @@ pub fn descriptor_template(policy: &[&str], family: &[&str]) -> String {
         tunnelled_dir_server: true,
         hidden_service_dir: false,
         ntor_crosscert_lifetime: 7 * 86_400,
+        quic_port: None,
     };
     let d = build(k, &p).expect("descriptor");
     let ed_at = d.find("router-sig-ed25519 ").expect("ed sig") + "router-sig-ed25519 ".len();

@@ -83,6 +83,11 @@ pub struct QuicLimits {
     pub max_connections: usize,
     /// Handshakes the endpoint keeps pending before refusing new ones.
     pub max_pending_handshakes: usize,
+    /// Bytes queued towards the peer for one circuit stream (waiting for
+    /// its flow-control credit or the connection) at most; a circuit whose
+    /// queue would pass this is destroyed with RESOURCELIMIT, as tor closes
+    /// a circuit whose cell queue is full.
+    pub max_circuit_queue: usize,
 }
 
 impl Default for QuicLimits {
@@ -97,6 +102,7 @@ impl Default for QuicLimits {
             open_stream_timeout: Duration::from_secs(30),
             max_connections: 4096,
             max_pending_handshakes: 256,
+            max_circuit_queue: 8 * 1024 * 1024,
         }
     }
 }
@@ -109,6 +115,7 @@ impl QuicLimits {
             || self.stream_receive_window > self.receive_window
             || self.max_connections == 0
             || self.max_pending_handshakes == 0
+            || self.max_circuit_queue == 0
         {
             return Err(LinkError::Config("inconsistent QUIC limits"));
         }
@@ -167,12 +174,13 @@ impl QuicLimits {
         Ok(cfg)
     }
 
-    /// Server configuration for the given certificate and PKCS#8 key.
-    pub(crate) fn server_config(
+    /// The TLS half of a server configuration: the given certificate and
+    /// PKCS#8 key, TLS 1.3 only, our ALPN, no tickets, no 0-RTT.
+    pub(crate) fn server_crypto(
         &self,
         cert_der: Vec<u8>,
         key_pkcs8_der: Vec<u8>,
-    ) -> Result<quinn::ServerConfig, LinkError> {
+    ) -> Result<Arc<QuicServerConfig>, LinkError> {
         let mut tls = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_no_client_auth()
@@ -187,10 +195,25 @@ impl QuicLimits {
         tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         let quic = QuicServerConfig::try_from(tls)
             .map_err(|_| LinkError::Config("no QUIC initial cipher suite"))?;
-        let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(quic));
+        Ok(Arc::new(quic))
+    }
+
+    /// Server configuration for the given certificate and PKCS#8 key (with
+    /// a fresh key for Retry tokens; later identities of the same endpoint
+    /// keep it, see `QuicTransport::server_identity`).
+    pub(crate) fn server_config(
+        &self,
+        cert_der: Vec<u8>,
+        key_pkcs8_der: Vec<u8>,
+    ) -> Result<quinn::ServerConfig, LinkError> {
+        let mut cfg =
+            quinn::ServerConfig::with_crypto(self.server_crypto(cert_der, key_pkcs8_der)?);
         cfg.transport_config(self.transport()?)
             .migration(false)
             .max_incoming(self.max_pending_handshakes);
+        // No NEW_TOKEN tokens: a token handed to a client would link its
+        // later connections to this one.
+        cfg.validation_token.sent(0);
         Ok(cfg)
     }
 }

@@ -8,13 +8,14 @@
 //! certificate and the RFC 5705 / TLS 1.3 exporter), exposed exactly as
 //! the TLS transport exposes them ([`TlsInfo`]).
 
+pub(crate) mod chan;
 mod config;
 mod stream;
 #[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use quinn::crypto::rustls::HandshakeData;
@@ -22,8 +23,9 @@ use quinn::{Connection, ConnectionError, Endpoint, EndpointConfig, VarInt};
 use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+pub use chan::{STREAM_BACKPRESSURE_SHARE, spawn_quic_channel_io};
 pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicLimits, codes};
-pub use stream::{QuicStream, peer_reset_code};
+pub use stream::{QuicStream, connection_lost, peer_reset_code};
 
 use crate::LinkError;
 use crate::certpolicy::SNI;
@@ -35,7 +37,9 @@ use crate::tls::TlsInfo;
 pub struct QuicTransport {
     endpoint: Endpoint,
     client: quinn::ClientConfig,
-    own_cert: Option<Vec<u8>>,
+    /// What new incoming connections are served (a relay's current TLS
+    /// certificate); None for a client-only transport.
+    server: Arc<RwLock<Option<QuicServerIdentity>>>,
     limits: QuicLimits,
     connections: Arc<Semaphore>,
 }
@@ -43,8 +47,33 @@ pub struct QuicTransport {
 impl std::fmt::Debug for QuicTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuicTransport")
-            .field("server", &self.own_cert.is_some())
+            .field("server", &self.current_identity().is_some())
             .finish()
+    }
+}
+
+/// A certificate and key a relay's endpoint serves, ready to use: the
+/// server configuration of one TLS identity. Replaced on certificate
+/// rotation ([`QuicTransport::set_server_identity`]); a handshake uses the
+/// identity it was given from start to end
+/// ([`QuicIncoming::handshake_with`]), so the CERTS cell sent afterwards
+/// can cover exactly the certificate the peer saw.
+#[derive(Clone)]
+pub struct QuicServerIdentity {
+    config: Arc<quinn::ServerConfig>,
+    cert: Vec<u8>,
+}
+
+impl std::fmt::Debug for QuicServerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicServerIdentity").finish()
+    }
+}
+
+impl QuicServerIdentity {
+    /// DER of the certificate served.
+    pub fn cert(&self) -> &[u8] {
+        &self.cert
     }
 }
 
@@ -74,21 +103,67 @@ impl QuicTransport {
         limits: QuicLimits,
     ) -> Result<Self, LinkError> {
         let client = limits.client_config()?;
-        let (server_cfg, own_cert) = match server {
-            Some((cert, key)) => (Some(limits.server_config(cert.clone(), key)?), Some(cert)),
-            None => (None, None),
+        let identity = match server {
+            Some((cert, key)) => Some(QuicServerIdentity {
+                config: Arc::new(limits.server_config(cert.clone(), key)?),
+                cert,
+            }),
+            None => None,
         };
         let socket = std::net::UdpSocket::bind(bind)?;
         let mut ecfg = EndpointConfig::default();
         ecfg.supported_versions(vec![QUIC_VERSION]);
-        let endpoint = Endpoint::new(ecfg, server_cfg, socket, Arc::new(quinn::TokioRuntime))?;
+        let endpoint = Endpoint::new(
+            ecfg,
+            identity.as_ref().map(|i| (*i.config).clone()),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )?;
         Ok(QuicTransport {
             endpoint,
             client,
-            own_cert,
+            server: Arc::new(RwLock::new(identity)),
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
         })
+    }
+
+    /// The identity served to new connections (None: client only).
+    pub fn identity(&self) -> Option<QuicServerIdentity> {
+        self.current_identity()
+    }
+
+    fn current_identity(&self) -> Option<QuicServerIdentity> {
+        self.server
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A server identity for another certificate and key of this
+    /// (server) endpoint, keeping its Retry token key so tokens issued
+    /// before a rotation stay valid.
+    pub fn server_identity(
+        &self,
+        cert_der: Vec<u8>,
+        key_pkcs8_der: Vec<u8>,
+    ) -> Result<QuicServerIdentity, LinkError> {
+        let base = self.current_identity().ok_or(LinkError::Config(
+            "a client-only QUIC transport serves nothing",
+        ))?;
+        let mut config = (*base.config).clone();
+        config.crypto = self.limits.server_crypto(cert_der.clone(), key_pkcs8_der)?;
+        Ok(QuicServerIdentity {
+            config: Arc::new(config),
+            cert: cert_der,
+        })
+    }
+
+    /// Serve `id` to connections that arrive from now on (certificate
+    /// rotation). Handshakes already running keep theirs.
+    pub fn set_server_identity(&self, id: &QuicServerIdentity) {
+        self.endpoint.set_server_config(Some((*id.config).clone()));
+        *self.server.write().unwrap_or_else(|e| e.into_inner()) = Some(id.clone());
     }
 
     /// The local UDP address.
@@ -152,18 +227,34 @@ impl QuicTransport {
     }
 
     /// Wait for the next incoming connection attempt. Returns None once
-    /// the endpoint is closed. Attempts over the connection limit are
-    /// refused here; the caller runs [`QuicIncoming::handshake`] (in its
-    /// own task, so a slow peer does not hold up the others).
+    /// the endpoint is closed. A peer whose address is not validated yet
+    /// is first sent a Retry (stateless, RFC 9000 §8.1.2), so every attempt
+    /// returned comes from an address that answered: per-address limits
+    /// cannot be spent by spoofed datagrams. Attempts over the connection
+    /// limit are refused here; the caller runs [`QuicIncoming::handshake`]
+    /// (in its own task, so a slow peer does not hold up the others).
     pub async fn accept(&self) -> Option<QuicIncoming> {
         loop {
             let incoming = self.endpoint.accept().await?;
+            if !incoming.remote_address_validated() {
+                if incoming.may_retry() {
+                    // Fails only if a retry is not allowed, checked above.
+                    let _ = incoming.retry();
+                } else {
+                    incoming.refuse();
+                }
+                continue;
+            }
+            let Some(identity) = self.current_identity() else {
+                incoming.refuse();
+                continue;
+            };
             match self.connections.clone().try_acquire_owned() {
                 Ok(permit) => {
                     return Some(QuicIncoming {
                         incoming,
                         permit,
-                        own_cert: self.own_cert.clone(),
+                        identity,
                         limits: self.limits.clone(),
                     });
                 }
@@ -192,7 +283,7 @@ impl QuicTransport {
 pub struct QuicIncoming {
     incoming: quinn::Incoming,
     permit: OwnedSemaphorePermit,
-    own_cert: Option<Vec<u8>>,
+    identity: QuicServerIdentity,
     limits: QuicLimits,
 }
 
@@ -208,12 +299,29 @@ impl QuicIncoming {
         self.incoming.remote_address()
     }
 
-    /// Run the QUIC handshake and wait for the initiator's control stream
-    /// (its first bidirectional stream), each within the handshake
-    /// timeout.
+    /// Refuse the attempt (CONNECTION_REFUSED), e.g. over an admission
+    /// limit.
+    pub fn refuse(self) {
+        self.incoming.refuse();
+    }
+
+    /// Run the QUIC handshake serving the endpoint's identity of the
+    /// moment [`QuicTransport::accept`] returned, then wait for the
+    /// initiator's control stream (its first bidirectional stream), each
+    /// within the handshake timeout.
     pub async fn handshake(self) -> Result<(QuicLink, QuicStream, TlsInfo), LinkError> {
+        let id = self.identity.clone();
+        self.handshake_with(&id).await
+    }
+
+    /// [`Self::handshake`] serving `identity` (the certificate the caller's
+    /// CERTS cell will certify).
+    pub async fn handshake_with(
+        self,
+        identity: &QuicServerIdentity,
+    ) -> Result<(QuicLink, QuicStream, TlsInfo), LinkError> {
         let limits = self.limits;
-        let connecting = self.incoming.accept()?;
+        let connecting = self.incoming.accept_with(identity.config.clone())?;
         let conn = tokio::time::timeout(limits.handshake_timeout, connecting)
             .await
             .map_err(|_| LinkError::Timeout("QUIC handshake"))??;
@@ -237,7 +345,7 @@ impl QuicIncoming {
             control,
             TlsInfo {
                 peer_cert: None,
-                own_cert: self.own_cert,
+                own_cert: Some(identity.cert.clone()),
             },
         ))
     }
@@ -251,6 +359,8 @@ impl QuicIncoming {
 pub struct QuicLink {
     conn: Connection,
     open_timeout: Duration,
+    /// The limits the channel over this link enforces (circuit queues).
+    limits: Arc<QuicLimits>,
     _guard: Arc<LinkGuard>,
 }
 
@@ -285,6 +395,7 @@ impl QuicLink {
             }),
             conn,
             open_timeout: limits.open_stream_timeout,
+            limits: Arc::new(limits.clone()),
         }
     }
 

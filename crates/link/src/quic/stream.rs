@@ -70,6 +70,21 @@ pub fn peer_reset_code(e: &std::io::Error) -> Option<u64> {
     None
 }
 
+/// Whether an I/O error from a [`QuicStream`] means the whole connection
+/// is gone (closed by either side, timed out, reset).
+pub fn connection_lost(e: &std::io::Error) -> bool {
+    let Some(inner) = e.get_ref() else {
+        return false;
+    };
+    matches!(
+        inner.downcast_ref::<quinn::ReadError>(),
+        Some(quinn::ReadError::ConnectionLost(_))
+    ) || matches!(
+        inner.downcast_ref::<quinn::WriteError>(),
+        Some(quinn::WriteError::ConnectionLost(_))
+    )
+}
+
 impl AsyncRead for QuicStream {
     fn poll_read(
         self: Pin<&mut Self>,

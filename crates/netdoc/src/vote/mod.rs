@@ -118,6 +118,9 @@ pub struct MicrodescParts {
     pub policy_summary: String,
     /// Ed25519 identity.
     pub ed_id: [u8; 32],
+    /// UDP port of onionmix QUIC links, copied from the descriptor's
+    /// `onionmix-quic` line.
+    pub quic_port: Option<u16>,
 }
 
 /// Build a microdescriptor and its SHA-256 digest.
@@ -144,6 +147,9 @@ pub fn build_microdesc(p: &MicrodescParts) -> (String, [u8; 32]) {
         s.push_str(&format!("p {}\n", p.policy_summary));
     }
     s.push_str(&format!("id ed25519 {}\n", b64_nopad(&p.ed_id)));
+    if let Some(port) = p.quic_port {
+        s.push_str(&format!("{} {port}\n", crate::microdesc::QUIC_KEYWORD));
+    }
     let d: [u8; 32] = Sha256::digest(s.as_bytes()).into();
     (s, d)
 }

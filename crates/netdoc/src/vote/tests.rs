@@ -287,10 +287,25 @@ fn microdescs_parse_with_the_client_code() {
         family: vec!["$".to_string() + &"AB".repeat(20)],
         policy_summary: "reject 25,119".into(),
         ed_id: [7; 32],
+        quic_port: None,
     };
     let (text, digest) = build_microdesc(&p);
     let md = crate::microdesc::Microdesc::parse(&text).unwrap();
     assert_eq!(md.digest, digest);
+    assert_eq!(md.quic_port, None);
+    // The QUIC line reaches clients, in single and batch parsing; the
+    // digest covers it.
+    let (tq, dq) = build_microdesc(&MicrodescParts {
+        quic_port: Some(5001),
+        ..p.clone()
+    });
+    assert!(tq.ends_with("\nonionmix-quic 5001\n"), "{tq}");
+    assert_ne!(dq, digest);
+    let mdq = crate::microdesc::Microdesc::parse(&tq).unwrap();
+    assert_eq!((mdq.digest, mdq.quic_port), (dq, Some(5001)));
+    let batch = crate::microdesc::parse_microdescs(&format!("{text}{tq}"));
+    let ports: Vec<_> = batch.microdescs.iter().map(|m| m.quic_port).collect();
+    assert_eq!(ports, [None, Some(5001)]);
     assert_eq!(md.ntor_onion_key, [9; 32]);
     assert!(md.ipv4_policy.allows_port(80));
     assert!(!md.ipv4_policy.allows_port(25));

@@ -56,6 +56,12 @@ pub struct AuthorityConfig {
     /// authorities and reachable relays; 8 at once per other address).
     #[serde(default = "default_dirport_conns")]
     pub dirport_max_conns: usize,
+    /// QUIC links for the embedded relay (see the relay's `quic`).
+    #[serde(default)]
+    pub quic: bool,
+    /// Its QUIC listener (see the relay's `quic_listen`).
+    #[serde(default)]
+    pub quic_listen: Option<SocketAddr>,
     /// Every authority of the network, this one included.
     #[serde(rename = "authority", default)]
     pub authorities: Vec<AuthorityEntry>,
@@ -202,6 +208,12 @@ impl AuthorityConfig {
         );
         if let Some(a) = self.address {
             s.push_str(&format!("address = \"{a}\"\n"));
+        }
+        if self.quic {
+            s.push_str("quic = true\n");
+        }
+        if let Some(q) = self.quic_listen {
+            s.push_str(&format!("quic_listen = \"{q}\"\n"));
         }
         for a in &self.authorities {
             s.push_str(&format!(

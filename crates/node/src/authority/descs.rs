@@ -24,6 +24,7 @@ impl Authority {
             family: d.family.clone(),
             policy_summary: summary.clone(),
             ed_id: d.ed_id,
+            quic_port: d.quic_port,
         });
         let mut st = self.lock();
         if let Some(old) = st.descs.get(&d.rsa_id) {
@@ -45,6 +46,7 @@ impl Authority {
             .filter(|o| o.desc.address == d.address && o.desc.or_port == d.or_port)
             .map_or((None, None), |o| (o.reachable_at, o.reachable_since));
         st.mds.insert(md_digest, microdesc);
+        self.note_quic(&d);
         st.descs.insert(
             d.rsa_id,
             Stored {
@@ -56,6 +58,26 @@ impl Authority {
             },
         );
         Ok("Descriptor accepted")
+    }
+
+    /// Tell the embedded relay whether the relay of `d` takes QUIC links
+    /// (its `onionmix-quic` line), so it picks QUIC when it extends to it.
+    fn note_quic(&self, d: &UploadedDesc) {
+        if let Some(ctx) = self.relay.get() {
+            let quic = d
+                .quic_port
+                .map(|p| SocketAddr::new(IpAddr::V4(d.address), p));
+            ctx.quic.note_directory(d.rsa_id, quic);
+        }
+    }
+
+    /// [`Self::note_quic`] for every stored descriptor (once the embedded
+    /// relay exists).
+    pub(super) fn sync_quic_directory(&self) {
+        let st = self.lock();
+        for s in st.descs.values() {
+            self.note_quic(&s.desc);
+        }
     }
 
     /// Handle an uploaded descriptor; test its reachability at once.
@@ -83,17 +105,22 @@ impl Authority {
                 (
                     SocketAddr::new(IpAddr::V4(s.desc.address), s.desc.or_port),
                     s.desc.ed_id,
+                    s.desc
+                        .quic_port
+                        .map(|p| SocketAddr::new(IpAddr::V4(s.desc.address), p)),
                 )
             })
         };
-        let Some((addr, ed)) = target else { return };
+        let Some((addr, ed, quic)) = target else {
+            return;
+        };
         let ok = if id == ctx.rsa_id {
             true
         } else {
             matches!(
                 tokio::time::timeout(
                     REACH_TIMEOUT,
-                    ctx.channels.get_or_connect(&ctx, id, Some(ed), addr)
+                    ctx.channels.get_or_connect(&ctx, id, Some(ed), addr, quic)
                 )
                 .await,
                 Ok(Ok(_))

@@ -285,6 +285,7 @@ pub async fn run(cfg: AuthorityConfig) -> Result<(), String> {
     let dir: Arc<dyn DirServer> = Arc::new(AuthDir(auth.clone()));
     let ctx = crate::relay::make_ctx(relay_cfg, relay_keys, Some(dir))?;
     let _ = auth.relay.set(ctx.clone());
+    auth.sync_quic_directory();
     let listener = TcpListener::bind(auth.cfg.dir_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", auth.cfg.dir_listen))?;
@@ -301,8 +302,10 @@ pub async fn run(cfg: AuthorityConfig) -> Result<(), String> {
     tokio::spawn(auth.clone().reachability_loop());
     tokio::spawn(crate::relay::publish::publish_loop(ctx.clone()));
     // The consensus as relays fetch it (parameters, and `ns/*` on the
-    // control port).
+    // control port), and the embedded relay's counters and links, as a
+    // relay writes them.
     tokio::spawn(crate::relay::netparams::netparams_loop(ctx.clone()));
+    tokio::spawn(crate::relay::write_status_forever(ctx.clone()));
     crate::relay::control::wait_for_shutdown(&ctx).await;
     info!("shutting down");
     Ok(())

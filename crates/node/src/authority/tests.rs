@@ -48,6 +48,7 @@ fn params() -> DescriptorParams {
         tunnelled_dir_server: true,
         hidden_service_dir: false,
         ntor_crosscert_lifetime: 7 * 86400,
+        quic_port: None,
     }
 }
 

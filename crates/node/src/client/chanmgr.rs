@@ -1,5 +1,6 @@
 //! Channel manager: at most one channel per relay identity, opened on
-//! demand (TLS, then the in-protocol handshake), reused while it lives.
+//! demand (TLS, or QUIC to relays that advertise it when the client uses
+//! QUIC, then the in-protocol handshake), reused while it lives.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,12 +8,13 @@ use std::time::Duration;
 
 use tracing::{debug, info};
 
-use onionmix_link::{TlsTransport, spawn_channel_io};
+use onionmix_link::{LinkConn, QuicTransport, TlsTransport};
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake};
 
 use super::circuit::HopTarget;
 use super::control::hub::ControlHub;
 use crate::glue;
+use crate::linkchoice::{self, QuicPeers, Via};
 use crate::reactor::{ChannelHandle, ClientFlowStats, spawn_client_reactor};
 
 /// Most channels a client keeps open at once.
@@ -40,6 +42,9 @@ type Slot = Arc<tokio::sync::Mutex<Option<ChannelHandle>>>;
 #[derive(Clone)]
 pub struct ChanMgr {
     transport: TlsTransport,
+    /// QUIC to relays that advertise it, and how long to wait for it.
+    quic: Option<(QuicTransport, Duration)>,
+    quic_peers: Arc<QuicPeers>,
     slots: Arc<Mutex<HashMap<[u8; 20], Slot>>>,
     hub: Option<Arc<ControlHub>>,
     stats: Arc<ClientFlowStats>,
@@ -56,10 +61,19 @@ impl ChanMgr {
     pub fn new(transport: TlsTransport) -> Self {
         ChanMgr {
             transport,
+            quic: None,
+            quic_peers: Arc::new(QuicPeers::new(MAX_CHANNELS)),
             slots: Arc::new(Mutex::new(HashMap::new())),
             hub: None,
             stats: Arc::default(),
         }
+    }
+
+    /// Reach relays that advertise QUIC (a [`HopTarget::quic_port`]) over
+    /// `quic`, falling back to TLS after `fallback`.
+    pub fn with_quic(mut self, quic: QuicTransport, fallback: Duration) -> Self {
+        self.quic = Some((quic, fallback));
+        self
     }
 
     /// Report channels (ORCONN) and the circuits built on them to `hub`.
@@ -138,7 +152,41 @@ impl ChanMgr {
     }
 
     async fn connect_inner(&self, target: &HopTarget) -> Result<ChannelHandle, ChanError> {
-        let (mut tls, info) = self.transport.connect(target.or_addr).await?;
+        let Some((_, fallback)) = &self.quic else {
+            return self.connect_via(target, Via::Tls(target.or_addr)).await;
+        };
+        let quic =
+            self.quic_peers
+                .target(target.rsa_id, target.quic_addr(), std::time::Instant::now());
+        // Only a hint from the directory counts: a client learns nothing
+        // from links of its own.
+        let quic = quic.filter(|_| target.quic_port.is_some());
+        linkchoice::connect(
+            &self.quic_peers,
+            target.rsa_id,
+            quic,
+            target.or_addr,
+            *fallback,
+            |via| self.connect_via(target, via),
+        )
+        .await
+    }
+
+    async fn connect_via(&self, target: &HopTarget, via: Via) -> Result<ChannelHandle, ChanError> {
+        let (mut conn, info) =
+            match via {
+                Via::Tls(addr) => {
+                    let (tls, info) = self.transport.connect(addr).await?;
+                    (LinkConn::Tls(Box::new(tls)), info)
+                }
+                Via::Quic(addr) => {
+                    let (t, _) = self.quic.as_ref().ok_or(ChanError::Link(
+                        onionmix_link::LinkError::Config("QUIC is off"),
+                    ))?;
+                    let (link, control, info) = t.connect(addr).await?;
+                    (LinkConn::Quic(link, control), info)
+                }
+            };
         let digest = info
             .responder_cert_digest()
             .ok_or_else(|| ChanError::Handshake("peer sent no TLS certificate".into()))?;
@@ -150,18 +198,26 @@ impl ChanMgr {
         };
         let hs = InitiatorHandshake::new(Some(expected), verifier.as_ref(), digest, now)
             .with_peer_addr(target.or_addr.ip());
-        let (est, leftover) = glue::drive_initiator_handshake(&mut tls, hs, HANDSHAKE_TIMEOUT)
-            .await
-            .map_err(|e| match e {
-                glue::DriveError::Io(e) => ChanError::Link(onionmix_link::LinkError::Io(e)),
-                e => ChanError::Handshake(e.to_string()),
-            })?;
+        let (est, leftover) =
+            match glue::drive_initiator_handshake(&mut conn, hs, HANDSHAKE_TIMEOUT).await {
+                Ok(x) => x,
+                Err(e) => {
+                    conn.fail(onionmix_link::quic::codes::AUTH_FAILED);
+                    return Err(match e {
+                        glue::DriveError::Io(e) => ChanError::Link(onionmix_link::LinkError::Io(e)),
+                        e => ChanError::Handshake(e.to_string()),
+                    });
+                }
+            };
         debug!(
-            "channel to {} open (link v{})",
-            target.nickname, est.link_version
+            "channel to {} open (link v{}, {})",
+            target.nickname,
+            est.link_version,
+            via.name()
         );
         info!(target: "onionmix::chan", "connected to relay {}", target.nickname);
-        let io = spawn_channel_io(tls, est.codec.clone(), leftover);
+        // A relay never creates circuits towards a client.
+        let io = conn.into_channel_io(est.codec.clone(), leftover, false)?;
         Ok(spawn_client_reactor(
             io,
             est.codec,

@@ -46,12 +46,15 @@ pub struct HopTarget {
     /// The consensus parameters the relay was chosen under (congestion
     /// and flow control, SENDME versions); defaults when `None`.
     pub params: Option<Arc<CcParams>>,
+    /// UDP port of onionmix QUIC links, when the relay advertises them and
+    /// the client uses QUIC (first hop over QUIC, EXTEND2 hint).
+    pub quic_port: Option<u16>,
 }
 
 impl HopTarget {
     /// A relay running in this process, listening at `addr`, as a client
     /// with no directory reaches it (in-process networks and tests): ntor,
-    /// fixed windows, optimistic data.
+    /// fixed windows, optimistic data, its QUIC port if it runs QUIC.
     pub fn local_relay(ctx: &crate::relay::RelayCtx, addr: SocketAddr) -> HopTarget {
         HopTarget {
             nickname: ctx.cfg.nickname.clone(),
@@ -66,6 +69,7 @@ impl HopTarget {
             ntor_v3: false,
             optimistic_data: true,
             flowctrl_cc: false,
+            quic_port: ctx.quic.port(),
             params: None,
         }
     }
@@ -85,6 +89,23 @@ impl HopTarget {
             v.push(LinkSpec::Ipv6(a));
         }
         v
+    }
+
+    /// The link specifiers an EXTEND2 to this relay carries: those of
+    /// [`Self::link_specs`] plus onionmix's QUIC hint when it has a QUIC
+    /// port (the extending relay then prefers a QUIC link).
+    pub fn extend_specs(&self) -> Vec<LinkSpec> {
+        let mut v = self.link_specs();
+        if let Some(p) = self.quic_port {
+            v.push(LinkSpec::onionmix_quic(p));
+        }
+        v
+    }
+
+    /// Where it takes QUIC links, if it does (and we use them).
+    pub fn quic_addr(&self) -> Option<SocketAddr> {
+        self.quic_port
+            .map(|p| SocketAddr::new(self.or_addr.ip(), p))
     }
 }
 
@@ -607,7 +628,7 @@ async fn extend_hop(
 ) -> Result<([u8; 20], Option<u8>), BuildError> {
     let (state, htype, onionskin) = glue::handshake_start(hop, want_cc);
     let msg = Extend2 {
-        specs: hop.link_specs(),
+        specs: hop.extend_specs(),
         create: Create2 {
             htype,
             hdata: onionskin,

@@ -166,6 +166,21 @@ pub struct ClientConfig {
     /// `HiddenServicePort`; see `docs/onion-services.md`).
     #[serde(rename = "onion_service", default)]
     pub onion_services: Vec<crate::service::config::OnionServiceConfig>,
+    /// onionmix QUIC links (`docs/quic-links.md`): reach a first hop that
+    /// advertises QUIC (`onionmix-quic` in its microdescriptor) over QUIC,
+    /// falling back to TLS, and tell the relays that extend our circuits
+    /// which next hops advertise it (a link specifier in EXTEND2, which
+    /// stock relays ignore but see). Off by default: the client then
+    /// behaves exactly as without QUIC.
+    #[serde(default)]
+    pub quic: bool,
+    /// Seconds a QUIC attempt may take before the client falls back to TLS.
+    #[serde(default = "default_quic_fallback")]
+    pub quic_fallback_secs: u64,
+}
+
+fn default_quic_fallback() -> u64 {
+    5
 }
 
 /// Parse a relay fingerprint as written in configs: 40 hex digits,
@@ -278,6 +293,11 @@ impl ClientConfig {
                     )));
                 }
             }
+        }
+        if self.quic_fallback_secs == 0 || self.quic_fallback_secs > 120 {
+            return Err(ConfigError::Invalid(
+                "quic_fallback_secs must be between 1 and 120".into(),
+            ));
         }
         if !(0.0..=1.0).contains(&self.paths_needed_to_build_circuits) {
             return Err(ConfigError::Invalid(

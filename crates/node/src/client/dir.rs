@@ -216,7 +216,7 @@ impl DirMgr {
             .iter()
             .filter_map(|a| {
                 let r = nd.relay_by_rsa_id(&a.rsa_id?)?;
-                Some(Self::hop(r, &params))
+                Some(self.hop(r, &params))
             })
             .collect()
     }
@@ -387,14 +387,26 @@ impl DirMgr {
     /// relay (HSDir, introduction or rendezvous point) for congestion
     /// control, as tor (which negotiates it end to end with the service,
     /// not built here); consensus defaults for the SENDME parameters.
+    /// No QUIC hints either.
     pub fn hs_hop(r: &onionmix_netdoc::Relay) -> HopTarget {
-        let mut h = Self::hop(r, &Arc::new(CcParams::default()));
+        let mut h = Self::relay_hop(r, &Arc::new(CcParams::default()));
         h.flowctrl_cc = false;
+        h.quic_port = None;
         h
     }
 
-    /// How to reach and handshake with a relay.
-    pub fn hop(r: &onionmix_netdoc::Relay, params: &Arc<CcParams>) -> HopTarget {
+    /// How to reach and handshake with a relay, as this client does: its
+    /// QUIC port only when the client uses QUIC.
+    pub fn hop(&self, r: &onionmix_netdoc::Relay, params: &Arc<CcParams>) -> HopTarget {
+        let mut h = Self::relay_hop(r, params);
+        if !self.cfg.quic {
+            h.quic_port = None;
+        }
+        h
+    }
+
+    /// How to reach and handshake with a relay (all it advertises).
+    pub fn relay_hop(r: &onionmix_netdoc::Relay, params: &Arc<CcParams>) -> HopTarget {
         HopTarget {
             nickname: r.nickname.clone(),
             rsa_id: r.rsa_id,
@@ -405,6 +417,7 @@ impl DirMgr {
             optimistic_data: r.protocols.supports("Relay", 2),
             flowctrl_cc: r.protocols.supports("FlowCtrl", 2),
             params: Some(params.clone()),
+            quic_port: r.quic_port,
         }
     }
 
@@ -480,7 +493,7 @@ impl DirMgr {
                 Ok(ids) => {
                     let hops: Option<Vec<HopTarget>> = ids
                         .iter()
-                        .map(|id| nd.relay(id).map(|r| Self::hop(r, &params)))
+                        .map(|id| nd.relay(id).map(|r| self.hop(r, &params)))
                         .collect();
                     if let Some(hops) = hops {
                         return Ok(hops);

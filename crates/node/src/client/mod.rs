@@ -113,7 +113,17 @@ impl Client {
             cfg.leave_streams_unattached,
             std::sync::atomic::Ordering::Relaxed,
         );
-        let chanmgr = ChanMgr::new(transport).with_hub(hub.clone());
+        let mut chanmgr = ChanMgr::new(transport).with_hub(hub.clone());
+        if cfg.quic {
+            // Outgoing only: any local port, IPv4 (the directory's QUIC
+            // addresses are the relays' IPv4 ones).
+            let q = onionmix_link::QuicTransport::client(
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                onionmix_link::QuicLimits::default(),
+            )
+            .map_err(|e| ClientError::Setup(format!("QUIC: {e}")))?;
+            chanmgr = chanmgr.with_quic(q, Duration::from_secs(cfg.quic_fallback_secs));
+        }
         let flow = Arc::new(chanmgr.clone());
         let (d1, d2, d3) = (dir.clone(), dir.clone(), dir.clone());
         let hp = hub.clone();

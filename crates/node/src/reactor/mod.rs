@@ -480,7 +480,7 @@ impl Reactor {
                     return;
                 };
                 let mut events = std::mem::take(&mut self.events);
-                let queued = self.io.tx.queued_bytes();
+                let queued = self.io.tx.circuit_queued_bytes(id);
                 let chan = ChanSignal {
                     blocked: queued > e.circ.params().chan_blocked_bytes(),
                     queued_cells: (queued / onionmix_cell::CELL_LEN) as u64,

@@ -195,6 +195,20 @@ pub struct RelayConfig {
     /// which is unlimited by default; the lower of the two applies).
     #[serde(default = "default_conflux_ooo")]
     pub conflux_max_ooo_bytes: usize,
+    /// Accept and open QUIC links to other onionmix relays
+    /// (`docs/quic-links.md`), advertised in the descriptor
+    /// (`onionmix-quic`). Off by default: links are TLS only, as stock
+    /// tor's.
+    #[serde(default)]
+    pub quic: bool,
+    /// UDP address of the QUIC listener (default: `or_listen`'s address and
+    /// port, on UDP). The advertised port is this one's.
+    #[serde(default)]
+    pub quic_listen: Option<SocketAddr>,
+    /// Seconds a QUIC attempt (QUIC handshake and link handshake) may take
+    /// before the link falls back to TLS.
+    #[serde(default = "default_quic_fallback")]
+    pub quic_fallback_secs: u64,
 }
 
 fn default_max_control() -> usize {
@@ -206,6 +220,10 @@ fn default_shutdown_wait() -> u64 {
 
 fn default_conflux_ooo() -> usize {
     8 << 20
+}
+
+fn default_quic_fallback() -> u64 {
+    5
 }
 
 fn default_hs_table() -> usize {
@@ -334,6 +352,9 @@ impl RelayConfig {
                 "hs_intro_dos_burst_per_sec must be at least the rate and at most 2^31-1".into(),
             );
         }
+        if c.quic_fallback_secs == 0 || c.quic_fallback_secs > 120 {
+            return Err("quic_fallback_secs must be between 1 and 120".into());
+        }
         if c.onion_key_rotation_secs < 60 || c.onion_key_grace_secs >= c.onion_key_rotation_secs {
             return Err(
                 "onion_key_rotation_secs must be >= 60 and longer than onion_key_grace_secs".into(),
@@ -390,6 +411,27 @@ impl RelayConfig {
     /// Advertised address.
     pub fn advertised_ip(&self) -> IpAddr {
         self.address.unwrap_or(self.or_listen.ip())
+    }
+
+    /// Where the QUIC listener binds when QUIC is on; port 0 means "the
+    /// ORPort's number" (resolved once the ORPort is bound).
+    pub fn quic_bind(&self) -> Option<SocketAddr> {
+        self.quic
+            .then(|| self.quic_listen.unwrap_or(self.or_listen))
+    }
+
+    /// The bounds of this relay's QUIC links: the defaults, with as many
+    /// circuit streams per link as circuits per channel and as many links
+    /// as channels.
+    pub fn quic_limits(&self) -> onionmix_link::QuicLimits {
+        let d = onionmix_link::QuicLimits::default();
+        onionmix_link::QuicLimits {
+            max_circuit_streams: u32::try_from(self.max_circuits_per_channel)
+                .unwrap_or(u32::MAX)
+                .clamp(1, onionmix_link::quic::MAX_CIRCUIT_STREAMS_CAP),
+            max_connections: self.max_channels.max(1),
+            ..d
+        }
     }
 }
 

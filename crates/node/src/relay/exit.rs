@@ -133,10 +133,13 @@ impl StreamPath {
             StreamPath::Set(set) => super::reactor::conflux::set_stream_closed(ctx, set, sid),
         }
     }
-    /// The channel a single circuit sends on (a set picks per cell).
-    fn writer(&self) -> Option<&onionmix_link::ChannelWriter> {
+    /// The channel a single circuit sends on, and the circuit's ID on it
+    /// (a set picks per cell).
+    fn writer(&self) -> Option<(&onionmix_link::ChannelWriter, u32)> {
         match self {
-            StreamPath::Circ { origin, .. } => Some(&origin.writer),
+            StreamPath::Circ {
+                origin, circ_id, ..
+            } => Some((&origin.writer, *circ_id)),
             StreamPath::Set(_) => None,
         }
     }
@@ -203,12 +206,13 @@ impl ExitStream {
             if !self.send_cell(&data[..n]).await {
                 return false;
             }
-            // Backpressure on the client link.
+            // Backpressure on the client link (on QUIC: on this circuit's
+            // stream of it).
             let hw = onionmix_link::io::DEFAULT_HIGH_WATER;
-            if let Some(w) = self.path.writer()
-                && w.queued_bytes() >= hw
+            if let Some((w, circ_id)) = self.path.writer()
+                && w.circuit_queued_bytes(circ_id) >= hw
             {
-                w.wait_below(hw).await;
+                w.wait_circuit_below(circ_id, hw).await;
             }
             data = &data[n..];
         }

@@ -43,9 +43,12 @@ pub async fn extend(ctx: Arc<RelayCtx>, prev: PrevLink, e: Extend2) {
         fail(destroy_reason::PROTOCOL);
         return;
     }
+    // onionmix's QUIC hint: the next hop takes QUIC links on this UDP port
+    // of the same address.
+    let quic = e.quic_port().map(|p| SocketAddr::new(addr.ip(), p));
     match ctx
         .channels
-        .get_or_connect(&ctx, rsa_id, e.ed_id(), addr)
+        .get_or_connect(&ctx, rsa_id, e.ed_id(), addr, quic)
         .await
     {
         Ok(next) => {

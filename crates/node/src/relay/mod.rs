@@ -13,6 +13,7 @@ pub mod idle;
 pub mod netparams;
 pub mod oom;
 pub mod publish;
+pub mod quic;
 pub mod reactor;
 pub mod rotate;
 pub mod statsfile;
@@ -29,7 +30,7 @@ use tracing::{debug, info, warn};
 use onionmix_crypto::NtorSecretKey;
 use onionmix_crypto::keys::RelayKeys;
 use onionmix_crypto::x509::TlsIdentity;
-use onionmix_link::{TlsTransport, spawn_channel_io};
+use onionmix_link::{LinkConn, QuicServerIdentity, TlsTransport};
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::channel::{ExpectedPeer, InitiatorHandshake, ResponderHandshake};
 use onionmix_proto::conflux::ConfluxParams;
@@ -114,7 +115,9 @@ pub struct RelayCtx {
     /// Our Ed25519 identity.
     pub ed_id: [u8; 32],
     ntor: RwLock<Vec<NtorSecretKey>>,
-    link: RwLock<(Arc<RelayLinkIdentity>, TlsTransport)>,
+    link: RwLock<LinkSet>,
+    /// QUIC links: the endpoint (once started) and what we know of peers.
+    pub quic: quic::RelayQuic,
     /// Effective exit policy.
     pub exit_policy: ExitPolicy,
     /// Open relay channels by peer identity.
@@ -178,29 +181,45 @@ impl RelayCtx {
     pub fn set_cfx_params(&self, p: ConfluxParams) {
         *self.cfx_params.write().unwrap_or_else(|e| e.into_inner()) = p;
     }
-    pub(crate) fn link(&self) -> (Arc<RelayLinkIdentity>, TlsTransport) {
+    pub(crate) fn link(&self) -> LinkSet {
         self.link.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
+    /// Install a new link set; the QUIC endpoint serves its certificate to
+    /// connections arriving from now on.
+    fn install_link(&self, set: LinkSet) {
+        let q = set.quic.clone();
+        *self.link.write().unwrap_or_else(|e| e.into_inner()) = set;
+        if let (Some(q), Some(t)) = (q, self.quic.endpoint()) {
+            t.set_server_identity(&q);
+        }
+    }
     /// Install new keys (after a rotation) at `now_unix`: a fresh TLS
-    /// identity and link certificates for new channels, the new ntor keys
-    /// for CREATE2. Channels already open keep working.
+    /// identity and link certificates for new channels (on both
+    /// transports), the new ntor keys for CREATE2. Channels already open
+    /// keep working.
     pub fn replace_keys(&self, keys: RelayKeys, now_unix: u64) -> Result<(), String> {
         let ntor = keys.ntor_keys();
-        let (link, transport) = link_identity(keys, now_unix)?;
-        *self.link.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(link), transport);
+        self.install_link(link_identity(keys, now_unix, self.quic.endpoint())?);
         self.set_ntor_keys(ntor);
         Ok(())
     }
     /// A new TLS key and certificate and new link certificates with the
-    /// same relay keys (tor renews its TLS identity every few hours).
+    /// same relay keys (tor renews its TLS identity every few hours), on
+    /// both transports.
     pub fn renew_link(&self, now_unix: u64) -> Result<(), String> {
-        let (link, transport) = link_identity(self.keys(), now_unix)?;
-        *self.link.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(link), transport);
+        self.install_link(link_identity(self.keys(), now_unix, self.quic.endpoint())?);
         Ok(())
     }
     /// The relay's keys.
     pub fn keys(&self) -> RelayKeys {
-        self.link().0.keys().clone()
+        self.link().id.keys().clone()
+    }
+    /// Admit a new connection (TLS or QUIC) from `peer` under the ORPort's
+    /// limits; known relays and authorities skip the per-address ones.
+    pub(crate) fn admit(&self, peer: SocketAddr) -> Result<Permit, crate::admission::Refusal> {
+        let known = self.known.contains(peer.ip());
+        self.admission
+            .admit(peer.ip(), known, std::time::Instant::now())
     }
     /// The ORPort we listen on.
     pub fn or_port(&self) -> u16 {
@@ -222,9 +241,29 @@ impl RelayCtx {
 
 use crate::clock::now_unix;
 
+/// What a relay presents on new links, built together so they always
+/// match: the link certificates (CERTS type 5 covers the TLS certificate)
+/// and the TLS certificate served on both transports.
+#[derive(Clone)]
+pub(crate) struct LinkSet {
+    /// Keys and CERTS payloads.
+    pub(crate) id: Arc<RelayLinkIdentity>,
+    /// The TLS transport serving the certificate.
+    pub(crate) tls: TlsTransport,
+    /// The same certificate for the QUIC endpoint, once it runs.
+    pub(crate) quic: Option<QuicServerIdentity>,
+    /// The TLS certificate and key (for the QUIC endpoint when it starts).
+    pub(crate) cert: Arc<TlsIdentity>,
+}
+
 /// A fresh TLS identity (certificate signed by the RSA identity) and the
-/// link certificates for `keys`.
-fn link_identity(keys: RelayKeys, now: u64) -> Result<(RelayLinkIdentity, TlsTransport), String> {
+/// link certificates for `keys`, served by the TLS transport and, when
+/// given, the QUIC endpoint.
+fn link_identity(
+    keys: RelayKeys,
+    now: u64,
+    quic: Option<&onionmix_link::QuicTransport>,
+) -> Result<LinkSet, String> {
     let tls = TlsIdentity::generate(
         &mut rand::rngs::OsRng,
         &keys.rsa_identity,
@@ -234,8 +273,20 @@ fn link_identity(keys: RelayKeys, now: u64) -> Result<(RelayLinkIdentity, TlsTra
     .map_err(|e| format!("TLS identity: {e}"))?;
     let transport = TlsTransport::server(tls.cert_der.clone(), tls.key_pkcs8_der.to_vec())
         .map_err(|e| format!("TLS config: {e}"))?;
+    let quic = match quic {
+        Some(t) => Some(
+            t.server_identity(tls.cert_der.clone(), tls.key_pkcs8_der.to_vec())
+                .map_err(|e| format!("QUIC config: {e}"))?,
+        ),
+        None => None,
+    };
     let link = RelayLinkIdentity::new(keys, &tls, now)?;
-    Ok((link, transport))
+    Ok(LinkSet {
+        id: Arc::new(link),
+        tls: transport,
+        quic,
+        cert: Arc::new(tls),
+    })
 }
 
 /// Build a relay context from config and keys.
@@ -247,8 +298,9 @@ pub fn make_ctx(
     let rsa_id = keys.rsa_id();
     let ed_id = keys.ed_id();
     let ntor = keys.ntor_keys();
-    let (link, transport) = link_identity(keys, now_unix())?;
+    let link = link_identity(keys, now_unix(), None)?;
     let exit_policy = cfg.exit_policy()?;
+    let quic_fallback = Duration::from_secs(cfg.quic_fallback_secs);
     let max_chans = cfg.max_channels;
     let cfg_hs = cfg.hs_limits();
     let admission = Admission::new(AdmissionConfig {
@@ -265,7 +317,8 @@ pub fn make_ctx(
         rsa_id,
         ed_id,
         ntor: RwLock::new(ntor),
-        link: RwLock::new((Arc::new(link), transport)),
+        link: RwLock::new(link),
+        quic: quic::RelayQuic::new(quic_fallback),
         exit_policy,
         channels: ChannelRegistry::new(max_chans),
         stats: RelayStats::default(),
@@ -324,13 +377,17 @@ impl ChannelRegistry {
         }
     }
 
-    /// The channel to relay `id` at `addr`, opening one if needed.
+    /// The channel to relay `id` at `addr`, opening one if needed: over
+    /// QUIC when we run QUIC and `quic` (a hint: the EXTEND2 link
+    /// specifier, the descriptor) or what we learned says the peer does,
+    /// falling back to TLS (see [`crate::linkchoice`]).
     pub async fn get_or_connect(
         &self,
         ctx: &Arc<RelayCtx>,
         id: [u8; 20],
         ed: Option<[u8; 32]>,
         addr: SocketAddr,
+        quic: Option<SocketAddr>,
     ) -> Result<RelayChanHandle, String> {
         let slot = self.slot(id)?;
         let mut g = slot.lock().await;
@@ -344,21 +401,22 @@ impl ChannelRegistry {
             }
             return Ok(h.clone());
         }
-        let h = connect(ctx, id, ed, addr).await?;
+        let h = connect(ctx, id, ed, addr, quic).await?;
         *g = Some(h.clone());
         Ok(h)
     }
 }
 
-/// Open an authenticated link to another relay.
+/// Open an authenticated link to another relay, preferring QUIC.
 async fn connect(
     ctx: &Arc<RelayCtx>,
     id: [u8; 20],
     ed: Option<[u8; 32]>,
     addr: SocketAddr,
+    quic: Option<SocketAddr>,
 ) -> Result<RelayChanHandle, String> {
     ctx.control.orconn(id, "LAUNCHED", None);
-    let r = connect_inner(ctx, id, ed, addr).await;
+    let r = connect_inner(ctx, id, ed, addr, quic).await;
     match &r {
         Ok(_) => ctx.control.orconn(id, "CONNECTED", None),
         Err(e) => ctx.control.orconn(id, "FAILED", Some(orconn_reason(e))),
@@ -387,20 +445,46 @@ async fn connect_inner(
     id: [u8; 20],
     ed: Option<[u8; 32]>,
     addr: SocketAddr,
+    quic: Option<SocketAddr>,
 ) -> Result<RelayChanHandle, String> {
+    let quic = ctx.quic.target(id, quic).await;
+    crate::linkchoice::connect(&ctx.quic.peers, id, quic, addr, ctx.quic.fallback, |via| {
+        connect_via(ctx, id, ed, via)
+    })
+    .await
+}
+
+/// Open an authenticated link to another relay over one transport.
+async fn connect_via(
+    ctx: &Arc<RelayCtx>,
+    id: [u8; 20],
+    ed: Option<[u8; 32]>,
+    via: crate::linkchoice::Via,
+) -> Result<RelayChanHandle, String> {
+    use crate::linkchoice::Via;
     rotate::ensure_link_fresh(ctx);
-    let (link_id, transport) = ctx.link();
-    let (tls, info) = transport.connect(addr).await.map_err(|e| e.to_string())?;
+    let links = ctx.link();
+    let (mut conn, info, addr) = match via {
+        Via::Tls(addr) => {
+            let (tls, info) = links.tls.connect(addr).await.map_err(|e| e.to_string())?;
+            (LinkConn::Tls(Box::new(tls)), info, addr)
+        }
+        Via::Quic(addr) => {
+            let t = ctx.quic.endpoint().ok_or("QUIC is off")?;
+            let (link, control, info) = t.connect(addr).await.map_err(|e| e.to_string())?;
+            (LinkConn::Quic(link, control), info, addr)
+        }
+    };
     let digest = info
         .responder_cert_digest()
         .ok_or("peer sent no TLS certificate")?;
     // TLSSECRETS' exporter context is CID, the SHA-256 of our RSA identity
     // key (current torspec; tor-spec.txt of 2023 said the Ed25519 key).
-    let tlssecrets = tls
-        .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, &link_id.cid())
+    let tlssecrets = conn
+        .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, &links.id.cid())
         .map_err(|e| e.to_string())?;
     let auth = RelayInitiatorAuth {
-        id: &link_id,
+        id: &links.id,
         tlssecrets,
     };
     let verifier = responder_verifier();
@@ -416,13 +500,15 @@ async fn connect_inner(
     )
     .with_auth(&auth, vec![my_addr])
     .with_peer_addr(addr.ip());
-    // The link's cells are counted from the handshake on (`traffic/*`).
-    let mut tls = Counted::new(tls, ctx.control.traffic.clone());
     let (est, leftover) =
-        crate::glue::drive_initiator_handshake(&mut tls, hs, LINK_HANDSHAKE_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?;
-    let io = spawn_channel_io(tls, est.codec.clone(), leftover);
+        match crate::glue::drive_initiator_handshake(&mut conn, hs, LINK_HANDSHAKE_TIMEOUT).await {
+            Ok(x) => x,
+            Err(e) => {
+                conn.fail(onionmix_link::quic::codes::AUTH_FAILED);
+                return Err(e.to_string());
+            }
+        };
+    let io = channel_io(ctx, conn, est.codec.clone(), leftover).map_err(|e| e.to_string())?;
     ctx.known.learn(addr.ip(), std::time::Instant::now());
     Ok(spawn_relay_reactor(
         ctx.clone(),
@@ -438,43 +524,77 @@ async fn connect_inner(
 /// `permit` is the connection's admission slot, held for its whole life.
 async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit: Permit) {
     rotate::ensure_link_fresh(&ctx);
-    let (link_id, transport) = ctx.link();
+    let links = ctx.link();
     let my_addrs = vec![ctx.cfg.advertised_ip()];
     // One deadline for TLS and the link handshake together.
     let fut = async {
-        let (tls, _info) = transport
+        let (mut tls, _info) = links
+            .tls
             .accept(tcp)
             .await
             .map_err(|e| format!("TLS accept failed: {e}"))?;
-        let hs = ResponderHandshake::new(link_id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
-        // The link's cells are counted from the handshake on.
-        let mut tls = Counted::new(tls, ctx.control.traffic.clone());
-        let exporter = |t: &Counted<onionmix_link::tls::TlsStream, _>, ctx_bytes: &[u8; 32]| {
-            t.get_ref()
-                .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
+        let hs = ResponderHandshake::new(links.id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
+        let exporter = |t: &onionmix_link::tls::TlsStream, ctx_bytes: &[u8; 32]| {
+            t.export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
                 .ok()
         };
         let (acc, input) =
             crate::glue::drive_responder_handshake(&mut tls, hs, exporter, LINK_HANDSHAKE_TIMEOUT)
                 .await
                 .map_err(|e| e.to_string())?;
-        Ok::<_, String>((acc, input, tls))
+        Ok::<_, String>((acc, input, LinkConn::Tls(Box::new(tls))))
     };
-    let (acc, leftover, tls) = match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => {
-            debug!("inbound link handshake failed: {e}");
+    match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
+        Ok(Ok((acc, leftover, conn))) => start_accepted(&ctx, acc, leftover, conn, peer, permit),
+        Ok(Err(e)) => debug!("inbound link handshake failed: {e}"),
+        Err(_) => debug!("inbound link handshake timed out"),
+    }
+}
+
+/// A relay channel's I/O tasks (circuits may be created in both
+/// directions). A TLS link's bytes are counted for the control port's
+/// `traffic/*` and BW events from here on (the link handshake's few
+/// kilobytes are not); a QUIC link's are not counted there yet.
+fn channel_io(
+    ctx: &Arc<RelayCtx>,
+    conn: LinkConn,
+    codec: onionmix_cell::CellCodec,
+    leftover: bytes::BytesMut,
+) -> Result<onionmix_link::ChannelIo, onionmix_link::LinkError> {
+    match conn {
+        LinkConn::Tls(t) => Ok(onionmix_link::spawn_channel_io(
+            Counted::new(*t, ctx.control.traffic.clone()),
+            codec,
+            leftover,
+        )),
+        quic => quic.into_channel_io(codec, leftover, true),
+    }
+}
+
+/// Start the reactor of an inbound channel whose link handshake is done.
+fn start_accepted(
+    ctx: &Arc<RelayCtx>,
+    acc: onionmix_proto::channel::Accepted,
+    leftover: bytes::BytesMut,
+    conn: LinkConn,
+    peer: SocketAddr,
+    permit: Permit,
+) {
+    let quic = matches!(conn, LinkConn::Quic(..));
+    let io = match channel_io(ctx, conn, acc.codec.clone(), leftover) {
+        Ok(io) => io,
+        Err(e) => {
+            debug!("inbound channel: {e}");
             return;
         }
-        Err(_) => {
-            debug!("inbound link handshake timed out");
-            return;
-        }
     };
-    let io = spawn_channel_io(tls, acc.codec.clone(), leftover);
     let peer_id = acc.peer.clone();
-    if peer_id.is_some() {
+    if let Some(p) = &peer_id {
         ctx.known.learn(peer.ip(), std::time::Instant::now());
+        if quic {
+            // Its endpoint is where it takes QUIC links too.
+            ctx.quic.peers.learn(p.rsa_id, peer);
+        }
     }
     let h = spawn_relay_reactor(ctx.clone(), io, acc.codec, acc.peer, false, Some(permit));
     if let Some(p) = peer_id {
@@ -494,11 +614,7 @@ pub async fn serve(ctx: Arc<RelayCtx>, listener: TcpListener) {
                 drop(tcp);
             }
             Ok((tcp, peer)) => {
-                let known = ctx.known.contains(peer.ip());
-                match ctx
-                    .admission
-                    .admit(peer.ip(), known, std::time::Instant::now())
-                {
+                match ctx.admit(peer) {
                     Ok(permit) => {
                         tokio::spawn(accept_one(ctx.clone(), tcp, peer, permit));
                     }
@@ -532,6 +648,8 @@ pub fn status(ctx: &RelayCtx) -> serde_json::Value {
         "cells_forwarded": n(&s.cells_forwarded),
         "exit_bytes_down": n(&s.exit_bytes_down),
         "exit_bytes_up": n(&s.exit_bytes_up),
+        "quic_port": ctx.quic.port(),
+        "links": ctx.queues.links_json(),
         "congestion_control": {
             "enabled": cc.enabled(),
             "sendme_inc": cc.sendme_inc,
@@ -556,7 +674,8 @@ pub fn status(ctx: &RelayCtx) -> serde_json::Value {
     })
 }
 
-async fn write_status_forever(ctx: Arc<RelayCtx>) {
+/// Rewrite `<data_dir>/status.json` (see [`status`]) about every second.
+pub(crate) async fn write_status_forever(ctx: Arc<RelayCtx>) {
     let path = ctx.cfg.data_dir.join("status.json");
     let mut last = String::new();
     loop {
@@ -603,6 +722,13 @@ pub async fn start(ctx: Arc<RelayCtx>) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", ctx.cfg.or_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     ctx.bound_or_port.store(addr.port(), Ordering::Relaxed);
+    if let Some(mut bind) = ctx.cfg.quic_bind() {
+        if bind.port() == 0 {
+            // The ORPort's number, on UDP.
+            bind.set_port(addr.port());
+        }
+        quic::start(&ctx, bind)?;
+    }
     if let Some(m) = ctx.cfg.metrics_port {
         crate::metrics::serve(m, crate::metrics::Source::Relay(ctx.clone())).await?;
     }

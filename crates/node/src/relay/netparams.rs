@@ -7,6 +7,13 @@
 //! client does, and keeps its `params` line (and the consensus itself for
 //! the control port's `ns/*`). Until the first fetch succeeds, tor's
 //! defaults apply (congestion control on).
+//!
+//! A relay with QUIC links also fetches the microdescriptors the
+//! consensus lists and keeps which relays advertise QUIC
+//! (`onionmix-quic`), so it picks QUIC for them when it extends a circuit
+//! that carries no hint (a stock client's). It fetches again early (at
+//! most every [`MIN_FETCH_GAP`]) when an extension meets a relay it does
+//! not list.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +22,8 @@ use rand::seq::SliceRandom;
 use tracing::{debug, info};
 
 use onionmix_netdoc::{
-    AuthCertificate, AuthorityConfig, DirRequest, TimeTolerance, UnverifiedConsensus,
-    merge_certificates,
+    AuthCertificate, AuthorityConfig, Consensus, DirRequest, NetDir, TimeTolerance,
+    UnverifiedConsensus, merge_certificates, parse_microdescs,
 };
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
@@ -27,6 +34,8 @@ use crate::client::dir::DirMgr;
 
 /// Most authority key certificates kept.
 const MAX_CERTS: usize = 64;
+/// Fetches asked for by extensions are at least this far apart.
+pub const MIN_FETCH_GAP: Duration = Duration::from_secs(5);
 
 /// The authorities as the directory code wants them.
 pub fn authority_configs(entries: &[AuthorityEntry]) -> Vec<AuthorityConfig> {
@@ -61,11 +70,11 @@ async fn fetch_any(auths: &[AuthorityConfig], req: &DirRequest) -> Result<String
     Err(last)
 }
 
-/// Fetch and verify the current consensus.
+/// Fetch and verify the current microdesc consensus.
 pub async fn fetch_consensus(
     auths: &[AuthorityConfig],
     certs: &mut Vec<AuthCertificate>,
-) -> Result<onionmix_netdoc::Consensus, String> {
+) -> Result<Consensus, String> {
     let now = crate::clock::now();
     let text = fetch_any(auths, &DirRequest::microdesc_consensus()).await?;
     let unverified = UnverifiedConsensus::parse(&text).map_err(|e| e.to_string())?;
@@ -84,6 +93,47 @@ pub async fn fetch_consensus(
         .map_err(|e| format!("consensus refused: {e}"))
 }
 
+/// Bring `nd` to `consensus`, fetch the microdescriptors it lacks, and
+/// hand `ctx` every listed relay's QUIC address. True when every listed
+/// relay's microdescriptor is held.
+async fn update_quic_directory(
+    ctx: &RelayCtx,
+    auths: &[AuthorityConfig],
+    nd: &mut Option<NetDir>,
+    consensus: Consensus,
+) -> bool {
+    let mut dir = match nd.take() {
+        Some(old) => old.with_new_consensus(consensus),
+        None => NetDir::new(consensus),
+    };
+    for req in DirRequest::microdesc_batches(&dir.missing_microdescs()) {
+        match fetch_any(auths, &req).await {
+            Ok(text) => {
+                dir.add_microdescs(parse_microdescs(&text).microdescs);
+            }
+            Err(e) => debug!("fetching microdescriptors failed: {e}"),
+        }
+    }
+    let quic: std::collections::HashMap<[u8; 20], std::net::SocketAddr> = dir
+        .relays()
+        .filter_map(|r| {
+            let port = r.quic_port?;
+            Some((
+                r.rsa_id,
+                std::net::SocketAddr::new((*r.ipv4.ip()).into(), port),
+            ))
+        })
+        .collect();
+    ctx.quic.set_directory(
+        dir.listed()
+            .iter()
+            .map(|l| (l.rsa_id, quic.get(&l.rsa_id).copied())),
+    );
+    let complete = dir.missing_microdescs().is_empty();
+    *nd = Some(dir);
+    complete
+}
+
 /// Keep `ctx`'s consensus parameters current.
 pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
     let auths = authority_configs(&ctx.cfg.authorities);
@@ -95,12 +145,26 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
     } else {
         (Duration::from_secs(60), Duration::from_secs(1800))
     };
+    let quic = ctx.quic.endpoint().is_some();
     let mut certs = Vec::new();
+    let mut nd: Option<NetDir> = None;
     let mut first = true;
     loop {
+        let started = tokio::time::Instant::now();
         let wait = match fetch_consensus(&auths, &mut certs).await {
             Ok(consensus) => {
                 let cc = CcParams::from_consensus(consensus.params());
+                ctx.set_cfx_params(ConfluxParams::from_consensus(consensus.params()));
+                let complete = if quic {
+                    let complete = update_quic_directory(&ctx, &auths, &mut nd, consensus).await;
+                    if let Some(d) = &nd {
+                        ctx.control.set_netdir(d.clone());
+                    }
+                    complete
+                } else {
+                    ctx.control.set_netdir(NetDir::new(consensus));
+                    true
+                };
                 if first {
                     info!(
                         "consensus parameters: congestion control {} (sendme_inc {})",
@@ -110,16 +174,24 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                     first = false;
                 }
                 ctx.set_cc_params(cc);
-                ctx.set_cfx_params(ConfluxParams::from_consensus(consensus.params()));
-                ctx.control
-                    .set_netdir(onionmix_netdoc::NetDir::new(consensus));
-                refresh
+                if complete { refresh } else { retry }
             }
             Err(e) => {
                 debug!("fetching the consensus parameters failed: {e}");
                 retry
             }
         };
-        tokio::time::sleep(wait).await;
+        if quic {
+            // Early when an extension met a relay we do not list, but not
+            // more often than MIN_FETCH_GAP.
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = ctx.quic.directory_wanted() => {
+                    tokio::time::sleep_until(started + MIN_FETCH_GAP).await;
+                }
+            }
+        } else {
+            tokio::time::sleep(wait).await;
+        }
     }
 }

@@ -22,11 +22,25 @@ use super::RelayCtx;
 /// How often the total is checked.
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// Registered channel queues.
+/// Registered channel queues, with what `status` shows of each link.
 #[derive(Default)]
 pub struct QueueRegistry {
     next: AtomicU64,
     writers: Mutex<HashMap<u64, ChannelWriter>>,
+    links: Mutex<HashMap<u64, LinkMeta>>,
+}
+
+/// Who a channel is with, for `status` (no addresses: a client's would be
+/// one).
+#[derive(Debug, Clone)]
+pub struct LinkMeta {
+    /// The peer's RSA identity when it authenticated as a relay; None for
+    /// a client.
+    pub peer: Option<[u8; 20]>,
+    /// Whether we opened it.
+    pub initiated: bool,
+    /// Its circuits (both roles).
+    pub circuits: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Removes its queue from the registry when dropped (the channel ended).
@@ -39,6 +53,10 @@ impl Drop for QueueGuard {
     fn drop(&mut self) {
         if let Some(r) = self.reg.upgrade() {
             r.writers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&self.id);
+            r.links
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&self.id);
@@ -59,22 +77,53 @@ pub struct Enforced {
 
 impl QueueRegistry {
     /// Register a channel's writer.
-    pub fn register(self: &Arc<Self>, w: ChannelWriter) -> QueueGuard {
+    pub fn register(self: &Arc<Self>, w: ChannelWriter, meta: LinkMeta) -> QueueGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.writers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, w);
+        self.links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, meta);
         QueueGuard {
             id,
             reg: Arc::downgrade(self),
         }
     }
 
-    /// Bytes queued on all registered channels.
+    /// Every open channel as `status` shows it: peer fingerprint (null for
+    /// a client), transport, who opened it, circuits, memory held; relay
+    /// links first, by fingerprint.
+    pub fn links_json(&self) -> Vec<serde_json::Value> {
+        let writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        let links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(Option<[u8; 20]>, serde_json::Value)> = links
+            .iter()
+            .filter_map(|(id, m)| {
+                let w = writers.get(id)?;
+                Some((
+                    m.peer,
+                    serde_json::json!({
+                        "peer": m.peer.map(hex::encode_upper),
+                        "transport": w.transport(),
+                        "initiated": m.initiated,
+                        "circuits": m.circuits.load(Ordering::Relaxed),
+                        "queued_bytes": w.memory_bytes(),
+                    }),
+                ))
+            })
+            .collect();
+        v.sort_by_key(|a| (a.0.is_none(), a.0));
+        v.into_iter().map(|(_, j)| j).collect()
+    }
+
+    /// Bytes queued on all registered channels (their memory: on QUIC
+    /// links every circuit stream's whole queue).
     pub fn total(&self) -> usize {
         let w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
-        w.values().map(|w| w.queued_bytes()).sum()
+        w.values().map(|w| w.memory_bytes()).sum()
     }
 
     /// One pass: if more than `cap` bytes are queued, abort the largest
@@ -82,7 +131,7 @@ impl QueueRegistry {
     pub fn enforce(&self, cap: usize) -> Enforced {
         let sizes: Vec<(u64, usize)> = {
             let w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
-            w.iter().map(|(id, w)| (*id, w.queued_bytes())).collect()
+            w.iter().map(|(id, w)| (*id, w.memory_bytes())).collect()
         };
         let total = sizes.iter().map(|(_, n)| n).sum();
         let victims = pick_victims(sizes, cap);
@@ -213,7 +262,14 @@ mod tests {
             for _ in 0..kib / 16 {
                 assert!(io.tx.send_now(BytesMut::from(&[7u8; 16 * 1024][..])));
             }
-            let g = reg.register(io.tx.clone());
+            let g = reg.register(
+                io.tx.clone(),
+                LinkMeta {
+                    peer: None,
+                    initiated: false,
+                    circuits: Arc::default(),
+                },
+            );
             chans.push((io, g));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

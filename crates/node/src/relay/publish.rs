@@ -92,6 +92,7 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
         tunnelled_dir_server: ctx.dir.is_some(),
         hidden_service_dir: ctx.dir.is_some(),
         ntor_crosscert_lifetime: NTOR_CROSSCERT_LIFETIME,
+        quic_port: ctx.quic.port(),
     };
     routerdesc::build(&keys, &p).map_err(|e| e.to_string())
 }

@@ -113,7 +113,7 @@ pub fn rotate_if_due(ctx: &RelayCtx, onion_made: u64, now_unix: u64) -> Result<R
         k.save(&ctx.cfg.data_dir.join("keys"))
             .map_err(|e| e.to_string())?;
         ctx.replace_keys(k, now_unix)?;
-    } else if link_due(&ctx.link().0, now_unix) {
+    } else if link_due(&ctx.link().id, now_unix) {
         ctx.renew_link(now_unix)?;
         out.link = true;
     }
@@ -125,7 +125,7 @@ pub fn rotate_if_due(ctx: &RelayCtx, onion_made: u64, now_unix: u64) -> Result<R
 /// renew it now. Cheap when nothing is due.
 pub fn ensure_link_fresh(ctx: &Arc<RelayCtx>) {
     let now = now_unix();
-    if ctx.link().0.expires_unix() > now.saturating_add(60) {
+    if ctx.link().id.expires_unix() > now.saturating_add(60) {
         return;
     }
     check_now(ctx, now);
@@ -239,15 +239,15 @@ mod tests {
             Rotated::default()
         );
         // Two hours on: a new TLS identity, nothing else.
-        let before = ctx.link().0.built_unix();
+        let before = ctx.link().id.built_unix();
         let r = rotate_if_due(&ctx, t0, t0 + LINK_IDENTITY_MAX_AGE_SECS).unwrap();
         assert!(r.link && !r.keys_changed(), "{r:?}");
-        assert!(ctx.link().0.built_unix() > before);
+        assert!(ctx.link().id.built_unix() > before);
         let mut onion_made = t0;
         for days in [3u64, 10, 40] {
             let now = t0 + days * 86_400;
             assert!(
-                link_due(&ctx.link().0, now),
+                link_due(&ctx.link().id, now),
                 "+{days}d: the old identity must be due"
             );
             let r = rotate_if_due(&ctx, onion_made, now).unwrap();
@@ -255,7 +255,7 @@ mod tests {
                 onion_made = now;
             }
             let k = ctx.keys();
-            let link = ctx.link().0;
+            let link = ctx.link().id;
             // The link identity's first expiry covers the link and
             // authentication certificates and the signing certificate.
             assert!(

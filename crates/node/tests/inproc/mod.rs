@@ -1,5 +1,6 @@
-//! In-process relays and a TCP target for tests that run our client
-//! against our relays (congestion control, conflux).
+//! In-process onionmix relays and a TCP target for tests that run our
+//! client against our relays (circuits, congestion control, conflux, QUIC
+//! links).
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use onionmix_cell::relay::{Begin, TargetHost};
 use onionmix_node::client::circuit::{self, HopTarget};
@@ -34,9 +35,21 @@ pub async fn start_relay_with(
     exit: bool,
     cc: bool,
 ) -> (Arc<RelayCtx>, HopTarget) {
+    start_relay_cfg(dir, nick, exit, cc, "").await
+}
+
+/// [`start_relay_with`], `extra` appended to the relay's config (the hop
+/// carries its QUIC port when it runs QUIC).
+pub async fn start_relay_cfg(
+    dir: &std::path::Path,
+    nick: &str,
+    exit: bool,
+    cc: bool,
+    extra: &str,
+) -> (Arc<RelayCtx>, HopTarget) {
     let cfg = RelayConfig::parse(&format!(
         "data_dir = {:?}\nnickname = {nick:?}\nor_listen = \"127.0.0.1:0\"\nexit = {exit}\n\
-         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n",
+         exit_policy = [\"accept 127.0.0.0/8:*\", \"reject *:*\"]\nexit_policy_reject_private = false\ntesting_network = true\n{extra}\n",
         dir.join(nick).display().to_string()
     ))
     .unwrap();
@@ -56,47 +69,93 @@ pub fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 % 251) as u8).collect()
 }
 
-/// A TCP target: "bytes N\n" sends N pattern bytes and closes; "sink N
-/// D\n" waits D ms, then reads N bytes and answers their SHA-256.
+/// A TCP target. A first line "bytes N\n" gets N pattern bytes and the
+/// connection closed; "sink N D\n" waits D ms, then reads N bytes and
+/// answers their SHA-256; anything else is echoed.
 pub async fn start_target() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = l.accept().await else {
+            let Ok((s, _)) = l.accept().await else {
                 return;
             };
-            tokio::spawn(async move {
-                let mut line = Vec::new();
-                let mut b = [0u8; 1];
-                while !line.ends_with(b"\n") {
-                    if s.read_exact(&mut b).await.is_err() {
-                        return;
-                    }
-                    line.push(b[0]);
-                }
-                let line = String::from_utf8_lossy(&line).trim().to_string();
-                let words: Vec<&str> = line.split_whitespace().collect();
-                match words.as_slice() {
-                    ["bytes", n] => {
-                        let _ = s.write_all(&pattern(n.parse().unwrap())).await;
-                        let _ = s.shutdown().await;
-                    }
-                    ["sink", n, delay] => {
-                        let n: usize = n.parse().unwrap();
-                        tokio::time::sleep(Duration::from_millis(delay.parse().unwrap())).await;
-                        let mut got = vec![0u8; n];
-                        if s.read_exact(&mut got).await.is_ok() {
-                            let _ = s.write_all(&Sha256::digest(&got)).await;
-                        }
-                        let _ = s.shutdown().await;
-                    }
-                    _ => {}
-                }
-            });
+            tokio::spawn(serve_target(s));
         }
     });
     addr
+}
+
+async fn serve_target(mut s: TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 65536];
+    // Could `b` still be the start of a command line?
+    let maybe_cmd = |b: &[u8]| {
+        [&b"bytes "[..], &b"sink "[..]]
+            .iter()
+            .any(|c| b.starts_with(c) || c.starts_with(b))
+    };
+    let line_end = loop {
+        let n = match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if !maybe_cmd(&buf) || buf.len() > 64 {
+            break None;
+        }
+        if let Some(i) = buf.iter().position(|&c| c == b'\n') {
+            break Some(i);
+        }
+    };
+    let Some(i) = line_end else {
+        // Echo.
+        if s.write_all(&buf).await.is_err() {
+            return;
+        }
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if s.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let line = String::from_utf8_lossy(&buf[..i]).trim().to_string();
+    let rest = buf[i + 1..].to_vec();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["bytes", n] => {
+            let _ = s.write_all(&pattern(n.parse().unwrap_or(0))).await;
+        }
+        ["sink", n, delay] => {
+            let n: usize = n.parse().unwrap();
+            tokio::time::sleep(Duration::from_millis(delay.parse().unwrap())).await;
+            let mut got = rest;
+            got.truncate(n);
+            let have = got.len();
+            got.resize(n, 0);
+            if s.read_exact(&mut got[have..]).await.is_ok() {
+                let _ = s.write_all(&Sha256::digest(&got)).await;
+            }
+        }
+        _ => {}
+    }
+    let _ = s.shutdown().await;
+}
+
+/// Fetch `n` pattern bytes from `target` over `circ` and check them.
+pub async fn bulk(circ: &circuit::Circuit, target: SocketAddr, n: usize) {
+    let mut s = open(circ, target).await;
+    s.write_all(format!("bytes {n}\n").as_bytes())
+        .await
+        .unwrap();
+    let got = s.read_to_end(n + 1, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(got.len(), n);
+    assert_eq!(Sha256::digest(&got), Sha256::digest(pattern(n)));
 }
 
 pub async fn open(circ: &circuit::Circuit, target: SocketAddr) -> Stream {

@@ -273,12 +273,15 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                 start_time: 0,
                 log: data_dir.join(format!("{name}.log")),
                 data_dir,
+                links: Vec::new(),
             },
             role: g.role,
             extra: if g.implementation == Implementation::Tor {
                 g.torrc.clone()
             } else {
-                g.config.clone()
+                let mut l = spec.link_config(g.role);
+                l.extend(g.config.iter().cloned());
+                l
             },
             ed_or_v3: None,
         });
@@ -452,7 +455,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         Ok(s) => s,
         Err(err) => return Err(fail(&mut children, &started, &sink_info, err)),
     };
-    let info = NetworkInfo {
+    let mut info = NetworkInfo {
         spec: spec.name.clone(),
         dir: dir.clone(),
         ready_unix: now_unix(),
@@ -467,6 +470,7 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
             subnet: h.ready.subnet.clone(),
         }),
     };
+    info.refresh_links();
     info.save().map_err(LaunchError::new)?;
     p.step(
         "ready",

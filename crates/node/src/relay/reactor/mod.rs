@@ -283,7 +283,14 @@ pub fn spawn_relay_reactor(
         closed: Arc::new(AtomicBool::new(false)),
         n_circuits: Arc::new(AtomicUsize::new(0)),
     };
-    let queue = ctx.queues.register(io.tx.clone());
+    let queue = ctx.queues.register(
+        io.tx.clone(),
+        super::oom::LinkMeta {
+            peer: peer.as_ref().map(|p| p.rsa_id),
+            initiated,
+            circuits: handle.n_circuits.clone(),
+        },
+    );
     let burst = (ctx.cfg.create_rate_per_channel as f64 * 2.0).max(1.0);
     let idle_timeout = idle_timeout_for(
         &ctx.cfg,
@@ -656,9 +663,11 @@ pub fn try_originate_data(
     }
 }
 
-/// Whether `writer`'s queue counts as blocked for congestion control.
-pub fn chan_signal(writer: &ChannelWriter, p: &CcParams) -> ChanSignal {
-    let queued = writer.queued_bytes();
+/// Whether `writer`'s queue for circuit `circ_id` counts as blocked for
+/// congestion control (on TLS the channel's whole queue, on QUIC the
+/// circuit stream's).
+pub fn chan_signal(writer: &ChannelWriter, circ_id: u32, p: &CcParams) -> ChanSignal {
+    let queued = writer.circuit_queued_bytes(circ_id);
     ChanSignal {
         blocked: queued > p.chan_blocked_bytes(),
         queued_cells: (queued / onionmix_cell::CELL_LEN) as u64,

@@ -81,7 +81,7 @@ impl Reactor {
                 streams::stream_action(&ctx, &mut host, a, from_client);
             }
             Inbound::Sendme { stream: 0, msg } => {
-                let chan = chan_signal(&self.me.writer, &o.params);
+                let chan = chan_signal(&self.me.writer, id, &o.params);
                 let res = {
                     let mut g = lock(&o.shared);
                     let r = g.sender.on_sendme(&msg, Instant::now(), chan);

@@ -41,7 +41,7 @@ pub struct ClientBackend {
 /// The hops a controller names (EXTENDCIRCUIT's path): 552 `No such
 /// router` for a relay the consensus does not list, 552 `No descriptor`
 /// for one whose microdescriptor we lack, as tor answers.
-fn hops_named(nd: &NetDir, names: &[String]) -> Result<Vec<HopTarget>, CmdError> {
+fn hops_named(dir: &DirMgr, nd: &NetDir, names: &[String]) -> Result<Vec<HopTarget>, CmdError> {
     let params = Arc::new(onionmix_proto::cc::CcParams::from_consensus(nd.params()));
     let mut hops = Vec::new();
     for n in names {
@@ -51,7 +51,7 @@ fn hops_named(nd: &NetDir, names: &[String]) -> Result<Vec<HopTarget>, CmdError>
             .relay(&RelayId(rid))
             .filter(|_| has_md)
             .ok_or_else(|| CmdError::new(552, format!("No descriptor for \"{n}\"")))?;
-        hops.push(DirMgr::hop(r, &params));
+        hops.push(dir.hop(r, &params));
     }
     Ok(hops)
 }
@@ -69,7 +69,7 @@ impl ClientBackend {
             .dir()
             .netdir()
             .ok_or_else(|| CmdError::new(551, "Couldn't send onion skin"))?;
-        let hops = hops_named(&nd, &names)?;
+        let hops = hops_named(self.dir(), &nd, &names)?;
         if hops.is_empty() {
             return Err(CmdError::new(512, "No router names provided"));
         }
@@ -270,7 +270,7 @@ impl Backend for ClientBackend {
             .netdir()
             .ok_or_else(|| CmdError::new(551, "Couldn't start circuit"))?;
         let hops: Vec<HopTarget> = match path {
-            Some(names) => hops_named(&nd, &names)?,
+            Some(names) => hops_named(self.dir(), &nd, &names)?,
             None => self
                 .dir()
                 .pick_path(Purpose::Exit(None), &HashSet::new())

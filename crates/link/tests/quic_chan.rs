@@ -1,0 +1,355 @@
+//! A Tor channel over a QUIC link (`spawn_quic_channel_io`): circuits on
+//! their own streams, DESTROY as a stream reset, channel cells on the
+//! control stream; a circuit whose stream the peer does not read blocks
+//! nobody else and is destroyed when its queue passes the limit; a peer
+//! breaking the mapping loses that circuit only (or, on the control
+//! stream, the link).
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use onionmix_cell::chan::destroy_reason;
+use onionmix_cell::{CellCodec, ChanCmd, PAYLOAD_LEN, RawCell};
+use onionmix_link::quic::{STREAM_BACKPRESSURE_SHARE, codes, peer_reset_code};
+use onionmix_link::{
+    ChannelIo, QuicLimits, QuicLink, QuicStream, QuicTransport, spawn_quic_channel_io,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::*;
+
+fn codec() -> CellCodec {
+    let mut c = CellCodec::new();
+    c.set_link_version(5);
+    c
+}
+
+/// One fixed-size cell in wire form, its payload starting with `first`.
+fn cell(circ: u32, cmd: ChanCmd, first: &[u8]) -> BytesMut {
+    let mut body = [0u8; PAYLOAD_LEN];
+    body[..first.len()].copy_from_slice(first);
+    let mut out = BytesMut::new();
+    codec().encode_fixed(circ, cmd, &body, &mut out);
+    out
+}
+
+/// `n` RELAY cells for `circ`, numbered in their first two bytes.
+fn relays(circ: u32, n: u16) -> BytesMut {
+    let mut out = BytesMut::new();
+    for i in 0..n {
+        out.extend_from_slice(&cell(circ, ChanCmd::RELAY, &i.to_be_bytes()));
+    }
+    out
+}
+
+/// The next `n` cells the reactor side receives.
+async fn recv(io: &mut ChannelIo, n: usize) -> Vec<RawCell> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let batch = within("cells", io.rx.recv())
+            .await
+            .expect("channel open")
+            .expect("cells, not an error");
+        got.extend(batch);
+    }
+    got
+}
+
+/// Nothing arrives for a while (a short wait: only used after the cells
+/// that would have arrived before were seen).
+async fn quiet(io: &mut ChannelIo) {
+    if let Ok(Some(b)) = tokio::time::timeout(Duration::from_millis(300), io.rx.recv()).await {
+        panic!("unexpected: {b:?}");
+    }
+}
+
+/// A connected pair: the initiator's channel runs over the QUIC mapping;
+/// the responder is returned raw (link and control stream), with both
+/// endpoints (keep them while the links are used).
+async fn setup(
+    limits: QuicLimits,
+    accept_circuits: bool,
+) -> (ChannelIo, QuicLink, QuicStream, [QuicTransport; 2]) {
+    let (s, _) = server(limits.clone());
+    let c = client(limits.clone());
+    let ((il, ictrl, _), (rl, rctrl, _)) = pair(&c, &s).await;
+    let io = spawn_quic_channel_io(il, ictrl, codec(), BytesMut::new(), accept_circuits)
+        .expect("channel");
+    (io, rl, rctrl, [s, c])
+}
+
+/// Read one framed cell from a raw stream.
+async fn read_cell(s: &mut QuicStream, buf: &mut BytesMut) -> Result<RawCell, std::io::Error> {
+    loop {
+        if let Some(c) = codec().decode(buf).expect("framing") {
+            return Ok(c);
+        }
+        if within("read", s.read_buf(buf)).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// Read until the stream ends; the peer's reset code.
+async fn reset_code(s: &mut QuicStream) -> Option<u64> {
+    let mut sink = vec![0u8; 64 * 1024];
+    loop {
+        match within("reset", s.read(&mut sink)).await {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => return peer_reset_code(&e),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuits_travel_on_their_own_streams_and_destroy_resets() {
+    let limits = QuicLimits::default();
+    let (s, _) = server(limits.clone());
+    let c = client(limits.clone());
+    let ((il, ictrl, _), (rl, rctrl, _)) = pair(&c, &s).await;
+    let mut a = spawn_quic_channel_io(il, ictrl, codec(), BytesMut::new(), true).expect("channel");
+    let mut b = spawn_quic_channel_io(rl, rctrl, codec(), BytesMut::new(), true).expect("channel");
+    assert_eq!(a.tx.transport(), "quic");
+    let (x, y) = (0x8000_0001u32, 0x8000_0002u32);
+
+    // Interleaved cells of two circuits and a channel cell, in one write.
+    let mut out = BytesMut::new();
+    out.extend_from_slice(&cell(x, ChanCmd::CREATE2, &[1]));
+    out.extend_from_slice(&cell(y, ChanCmd::CREATE2, &[2]));
+    out.extend_from_slice(&cell(0, ChanCmd::PADDING, &[]));
+    for i in 0..3u16 {
+        out.extend_from_slice(&cell(x, ChanCmd::RELAY, &i.to_be_bytes()));
+        out.extend_from_slice(&cell(y, ChanCmd::RELAY, &i.to_be_bytes()));
+    }
+    assert!(a.tx.send_now(out));
+    let got = recv(&mut b, 9).await;
+    assert_eq!(got.iter().filter(|c| c.cmd == ChanCmd::PADDING).count(), 1);
+    for id in [x, y] {
+        let mine: Vec<&RawCell> = got.iter().filter(|c| c.circ_id == id).collect();
+        assert_eq!(mine.len(), 4);
+        assert_eq!(mine[0].cmd, ChanCmd::CREATE2);
+        for (i, c) in mine[1..].iter().enumerate() {
+            assert_eq!(c.cmd, ChanCmd::RELAY);
+            assert_eq!(&c.payload[..2], &(i as u16).to_be_bytes());
+        }
+    }
+
+    // The answers come back on the same streams.
+    let mut back = BytesMut::new();
+    back.extend_from_slice(&cell(x, ChanCmd::CREATED2, &[9]));
+    back.extend_from_slice(&cell(y, ChanCmd::CREATED2, &[9]));
+    back.extend_from_slice(&relays(y, 2));
+    assert!(b.tx.send_now(back));
+    let got = recv(&mut a, 4).await;
+    assert_eq!(got.iter().filter(|c| c.cmd == ChanCmd::CREATED2).count(), 2);
+
+    // DESTROY x: the peer's reactor gets a DESTROY with the reason; later
+    // cells of x are dropped on both sides; y is untouched.
+    assert!(a.tx.send_now(cell(x, ChanCmd::DESTROY, &[destroy_reason::REQUESTED])));
+    let got = recv(&mut b, 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::DESTROY));
+    assert_eq!(got[0].payload[0], destroy_reason::REQUESTED);
+    assert!(a.tx.send_now(relays(x, 1)));
+    assert!(b.tx.send_now(relays(x, 1)));
+    assert!(a.tx.send_now(relays(y, 1)));
+    let got = recv(&mut b, 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (y, ChanCmd::RELAY));
+    quiet(&mut b).await;
+    quiet(&mut a).await;
+    assert_eq!(a.tx.queued_bytes(), 0);
+
+    // Closing one side's channel ends the other's.
+    a.tx.close();
+    let end = within("close", b.rx.recv()).await;
+    assert!(matches!(end, Some(Err(_)) | None), "{end:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_circuit_blocks_nobody_else_and_its_queue_is_bounded() {
+    let limits = QuicLimits {
+        max_circuit_queue: 2 << 20,
+        ..QuicLimits::default()
+    };
+    let (mut a, rl, _rctrl, _ends) = setup(limits.clone(), true).await;
+    let (x, y) = (0x8000_0011u32, 0x8000_0012u32);
+    // x first, with 1.5 MiB behind it; then y with 200 cells.
+    let mut out = cell(x, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&relays(x, 3000));
+    assert!(a.tx.send_now(out));
+    let mut out = cell(y, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&relays(y, 200));
+    assert!(a.tx.send_now(out));
+
+    // The peer reads y completely and never reads x past its first cell.
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut s = within("accept", rl.accept_circuit_stream())
+            .await
+            .expect("accept")
+            .expect("stream");
+        let mut buf = BytesMut::new();
+        let first = read_cell(&mut s, &mut buf).await.expect("first cell");
+        assert_eq!(first.cmd, ChanCmd::CREATE2);
+        streams.push((first.circ_id, s, buf));
+    }
+    let (_, mut sx, _) = streams.remove(streams.iter().position(|s| s.0 == x).expect("x"));
+    let (_, mut sy, mut buf_y) = streams.remove(0);
+    for i in 0..200u16 {
+        let c = read_cell(&mut sy, &mut buf_y).await.expect("y cell");
+        assert_eq!((c.circ_id, &c.payload[..2]), (y, &i.to_be_bytes()[..]));
+    }
+
+    // x waits for flow control: its backlog is queued, but counts towards
+    // the channel's back-pressure only up to its share.
+    within("x backlog", async {
+        while a.tx.circuit_queued_bytes(x) < 512 * 1024 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(a.tx.queued_bytes() <= STREAM_BACKPRESSURE_SHARE);
+    assert!(a.tx.memory_bytes() >= a.tx.circuit_queued_bytes(x));
+    assert_eq!(a.tx.circuit_queued_bytes(y), 0);
+
+    // y keeps flowing meanwhile.
+    assert!(a.tx.send_now(relays(y, 50)));
+    for i in 0..50u16 {
+        let c = read_cell(&mut sy, &mut buf_y).await.expect("y cell");
+        assert_eq!(&c.payload[..2], &i.to_be_bytes());
+    }
+
+    // Past the queue limit x is destroyed: RESOURCELIMIT to our reactor
+    // and as the stream's reset code; its queue is freed.
+    assert!(a.tx.send_now(relays(x, 3000)));
+    let got = recv(&mut a, 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::DESTROY));
+    assert_eq!(got[0].payload[0], destroy_reason::RESOURCELIMIT);
+    assert_eq!(
+        reset_code(&mut sx).await,
+        Some(u64::from(codes::destroy_code(
+            destroy_reason::RESOURCELIMIT
+        )))
+    );
+    within("x freed", async {
+        while a.tx.memory_bytes() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(a.tx.queued_bytes(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_mistakes_end_only_their_circuit() {
+    let (mut a, rl, mut rctrl, _ends) = setup(QuicLimits::default(), true).await;
+    let destroy_protocol = Some(u64::from(codes::destroy_code(destroy_reason::PROTOCOL)));
+    // A stream whose first cell does not create a circuit: reset, and the
+    // reactor hears nothing.
+    let mut s1 = rl.open_circuit_stream().await.expect("open");
+    s1.write_all(&relays(7, 1)).await.expect("write");
+    assert_eq!(reset_code(&mut s1).await, destroy_protocol);
+
+    // A cell of another circuit on a circuit's stream: that circuit is
+    // destroyed with PROTOCOL.
+    let (x, y, w) = (0x11u32, 0x12u32, 0x13u32);
+    let mut s2 = rl.open_circuit_stream().await.expect("open");
+    let mut out = cell(x, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&relays(99, 1));
+    s2.write_all(&out).await.expect("write");
+    let got = recv(&mut a, 2).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::CREATE2));
+    assert_eq!((got[1].circ_id, got[1].cmd), (x, ChanCmd::DESTROY));
+    assert_eq!(got[1].payload[0], destroy_reason::PROTOCOL);
+    assert_eq!(reset_code(&mut s2).await, destroy_protocol);
+
+    // The peer resets a circuit's stream: a DESTROY with its reason.
+    let mut s3 = rl.open_circuit_stream().await.expect("open");
+    s3.write_all(&cell(y, ChanCmd::CREATE2, &[]))
+        .await
+        .expect("write");
+    let got = recv(&mut a, 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (y, ChanCmd::CREATE2));
+    s3.destroy(destroy_reason::FINISHED);
+    let got = recv(&mut a, 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (y, ChanCmd::DESTROY));
+    assert_eq!(got[0].payload[0], destroy_reason::FINISHED);
+
+    // A second stream for a circuit ID in use is refused; the first
+    // circuit carries on.
+    let mut s4 = rl.open_circuit_stream().await.expect("open");
+    s4.write_all(&cell(w, ChanCmd::CREATE2, &[]))
+        .await
+        .expect("write");
+    let got = recv(&mut a, 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (w, ChanCmd::CREATE2));
+    let mut s5 = rl.open_circuit_stream().await.expect("open");
+    s5.write_all(&cell(w, ChanCmd::CREATE2, &[]))
+        .await
+        .expect("write");
+    assert_eq!(reset_code(&mut s5).await, destroy_protocol);
+    let mut reply = cell(w, ChanCmd::CREATED2, &[]);
+    reply.extend_from_slice(&relays(w, 1));
+    assert!(a.tx.send_now(reply));
+    let mut buf = BytesMut::new();
+    assert_eq!(
+        read_cell(&mut s4, &mut buf).await.expect("cell").cmd,
+        ChanCmd::CREATED2
+    );
+    assert_eq!(
+        read_cell(&mut s4, &mut buf).await.expect("cell").cmd,
+        ChanCmd::RELAY
+    );
+    quiet(&mut a).await;
+
+    // A circuit cell on the control stream ends the link (PROTOCOL).
+    rctrl.write_all(&relays(w, 1)).await.expect("write");
+    let end = within("end", a.rx.recv()).await;
+    assert!(matches!(end, Some(Err(_))), "{end:?}");
+    assert_eq!(
+        within("closed", rl.closed_with_code()).await,
+        Some(codes::PROTOCOL)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refuses_circuit_streams_and_abort_closes_at_once() {
+    let (a, rl, _rctrl, _ends) = setup(QuicLimits::default(), false).await;
+    let mut s = rl.open_circuit_stream().await.expect("open");
+    s.write_all(&cell(0x12, ChanCmd::CREATE2, &[]))
+        .await
+        .expect("write");
+    assert_eq!(
+        reset_code(&mut s).await,
+        Some(u64::from(codes::destroy_code(destroy_reason::PROTOCOL)))
+    );
+    // A circuit of ours with a backlog, then the memory-pressure handler's
+    // abort: the connection closes with RESOURCE and the queues are freed.
+    let x = 0x8000_0021u32;
+    let mut out = cell(x, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&relays(x, 2000));
+    assert!(a.tx.send_now(out));
+    a.tx.abort();
+    // CONNECTION_CLOSE is sent once; right after a burst it can be lost on
+    // a busy loopback (the peer's socket buffer full). Then the peer learns
+    // of the close from the next packet it sends (answered by a stateless
+    // reset), as it would on a real network.
+    let code = match tokio::time::timeout(Duration::from_secs(5), rl.closed_with_code()).await {
+        Ok(code) => code,
+        Err(_) => {
+            if let Ok(mut s) = rl.open_circuit_stream().await {
+                let _ = s.write_all(b"poke").await;
+            }
+            within("closed after a poke", rl.closed_with_code()).await
+        }
+    };
+    assert!(matches!(code, Some(codes::RESOURCE) | None), "{code:?}");
+    within("freed", async {
+        while a.tx.memory_bytes() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(!a.tx.send_now(relays(x, 1)));
+}

@@ -1,0 +1,237 @@
+//! Relays with QUIC links (in-process, loopback): circuits whose hops run
+//! over QUIC (the client's first hop and the relays' links, chosen from
+//! the EXTEND2 hint), a 20 MiB download checked end to end, fallback to
+//! TLS when the QUIC path is dead, refusal of the wrong identity,
+//! garbage datagrams, and certificate rotation on the QUIC endpoint.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
+
+mod inproc;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onionmix_link::{QuicLimits, QuicTransport, TlsTransport};
+use onionmix_node::client::chanmgr::ChanMgr;
+use onionmix_node::client::circuit::{self, HopTarget};
+use onionmix_node::relay::{self, RelayCtx};
+use rand::Rng;
+
+use inproc::{bulk, start_target};
+
+const LONG: Duration = Duration::from_secs(60);
+
+async fn quic_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
+    let (ctx, hop) = inproc::start_relay_cfg(
+        dir,
+        nick,
+        exit,
+        false,
+        "quic = true\nquic_fallback_secs = 2",
+    )
+    .await;
+    assert_eq!(hop.quic_port, Some(hop.or_addr.port()), "same port number");
+    (ctx, hop)
+}
+
+/// A client channel manager that uses QUIC (fallback after 2 s).
+fn quic_client() -> ChanMgr {
+    let q = QuicTransport::client("127.0.0.1:0".parse().unwrap(), QuicLimits::default()).unwrap();
+    ChanMgr::new(TlsTransport::client().unwrap()).with_quic(q, Duration::from_secs(2))
+}
+
+/// The transport of `ctx`'s open link to `peer` (None: a client).
+fn link_transport(ctx: &RelayCtx, peer: Option<[u8; 20]>) -> Option<String> {
+    let want = peer.map(hex::encode_upper);
+    relay::status(ctx)["links"]
+        .as_array()?
+        .iter()
+        .find(|l| l["peer"].as_str().map(str::to_string) == want)
+        .and_then(|l| l["transport"].as_str().map(str::to_string))
+}
+
+/// A UDP socket that takes datagrams and never answers (a dead QUIC path).
+fn black_hole() -> (std::net::UdpSocket, u16) {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = s.local_addr().unwrap().port();
+    (s, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuits_over_quic_links_carry_20_mib() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, guard) = quic_relay(tmp.path(), "guard", false).await;
+    let (m, middle) = quic_relay(tmp.path(), "middle", false).await;
+    let (x, exit) = quic_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+
+    let mgr = quic_client();
+    let chan = tokio::time::timeout(LONG, mgr.get(&guard))
+        .await
+        .unwrap()
+        .unwrap();
+    let circ = circuit::build(chan.clone(), vec![guard, middle, exit], LONG)
+        .await
+        .expect("3 hops over QUIC");
+    // Every hop is QUIC: client-guard, guard-middle, middle-exit.
+    assert_eq!(link_transport(&g, None).as_deref(), Some("quic"));
+    assert_eq!(link_transport(&g, Some(m.rsa_id)).as_deref(), Some("quic"));
+    assert_eq!(link_transport(&m, Some(x.rsa_id)).as_deref(), Some("quic"));
+    // A second circuit on the same links, used at the same time.
+    let circ2 = circuit::build(chan, circ.path().to_vec(), LONG)
+        .await
+        .expect("second circuit");
+    tokio::time::timeout(Duration::from_secs(300), async {
+        tokio::join!(bulk(&circ, target, 20 << 20), bulk(&circ2, target, 1 << 20))
+    })
+    .await
+    .expect("downloads in time");
+    let st = relay::status(&m);
+    assert!(st["circuits"].as_u64().unwrap() >= 2, "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_quic_path_falls_back_to_tls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, mut guard) = quic_relay(tmp.path(), "guard", false).await;
+    let (m, mut middle) = quic_relay(tmp.path(), "middle", false).await;
+    let (x, exit) = quic_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+    // The client and the guard are told to use QUIC where nothing answers.
+    let (_hole, port) = black_hole();
+    guard.quic_port = Some(port);
+    middle.quic_port = Some(port);
+
+    let mgr = quic_client();
+    let start = std::time::Instant::now();
+    let chan = tokio::time::timeout(LONG, mgr.get(&guard))
+        .await
+        .unwrap()
+        .expect("TLS after the QUIC attempt");
+    let circ = circuit::build(chan, vec![guard, middle, exit], LONG)
+        .await
+        .expect("circuit");
+    // Two fallbacks of 2 s each, bounded.
+    assert!(start.elapsed() >= Duration::from_secs(4));
+    assert_eq!(link_transport(&g, None).as_deref(), Some("tls"));
+    assert_eq!(link_transport(&g, Some(m.rsa_id)).as_deref(), Some("tls"));
+    // Where QUIC works it is still used.
+    assert_eq!(link_transport(&m, Some(x.rsa_id)).as_deref(), Some("quic"));
+    bulk(&circ, target, 1 << 20).await;
+    // The failure is remembered: the guard does not try QUIC to the
+    // middle again for a while.
+    let now = std::time::Instant::now();
+    let hint = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+    assert_eq!(g.quic.peers.target(m.rsa_id, hint, now), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_identity_and_garbage_leave_the_relay_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, hop_a) = quic_relay(tmp.path(), "a", false).await;
+    let (_b, hop_b) = quic_relay(tmp.path(), "b", true).await;
+    let target = start_target().await;
+
+    // Expecting a's identity at b's address: refused on QUIC and on TLS.
+    let wrong = HopTarget {
+        rsa_id: a.rsa_id,
+        ed_id: Some(a.ed_id),
+        ..hop_b.clone()
+    };
+    let mgr = quic_client();
+    assert!(
+        tokio::time::timeout(LONG, mgr.get(&wrong))
+            .await
+            .unwrap()
+            .is_err()
+    );
+
+    // Garbage datagrams at b's QUIC port: random bytes, and random bytes
+    // that start like a QUIC version 1 long-header packet.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = SocketAddr::new(hop_b.or_addr.ip(), hop_b.quic_port.unwrap());
+    let mut rng = rand::thread_rng();
+    for i in 0..2000 {
+        let n = rng.gen_range(1..1400);
+        let mut d: Vec<u8> = (0..n).map(|_| rng.r#gen()).collect();
+        if i % 2 == 0 && n > 5 {
+            d[0] = 0xC0 | (d[0] & 0x0F);
+            d[1..5].copy_from_slice(&1u32.to_be_bytes());
+        }
+        let _ = sock.send_to(&d, to);
+    }
+
+    // b still serves: a fresh client reaches it over QUIC, and circuits
+    // through a and b work.
+    let mgr = quic_client();
+    let chan = tokio::time::timeout(LONG, mgr.get(&hop_a))
+        .await
+        .unwrap()
+        .unwrap();
+    let circ = circuit::build(chan, vec![hop_a, hop_b.clone()], LONG)
+        .await
+        .expect("circuit after garbage");
+    assert_eq!(link_transport(&a, Some(_b.rsa_id)).as_deref(), Some("quic"));
+    bulk(&circ, target, 256 << 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_replaces_the_quic_certificate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, hop) = quic_relay(tmp.path(), "r", false).await;
+    let quic_addr = SocketAddr::new(hop.or_addr.ip(), hop.quic_port.unwrap());
+    let probe =
+        QuicTransport::client("127.0.0.1:0".parse().unwrap(), QuicLimits::default()).unwrap();
+    let served = || async {
+        let (_l, _c, info) = probe.connect(quic_addr).await.unwrap();
+        info.peer_cert.unwrap()
+    };
+    let before = served().await;
+    let first = quic_client();
+    let old = tokio::time::timeout(LONG, first.get(&hop))
+        .await
+        .unwrap()
+        .unwrap();
+
+    r.renew_link(onionmix_node::clock::now_unix()).unwrap();
+    let after = served().await;
+    assert_ne!(before, after, "the endpoint serves the new certificate");
+    // A new link authenticates against it (the CERTS cell covers it), and
+    // the old link is still up.
+    let second = quic_client();
+    tokio::time::timeout(LONG, second.get(&hop))
+        .await
+        .unwrap()
+        .expect("QUIC link after rotation");
+    assert!(!old.is_closed());
+    assert_eq!(link_transport(&r, None).as_deref(), Some("quic"));
+}
+
+/// A circuit whose EXTEND2 carries no QUIC hint (a stock client's): the
+/// relay picks QUIC from its directory, and TLS for a relay the directory
+/// lists without QUIC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_picks_quic_without_a_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, mut guard) = quic_relay(tmp.path(), "guard", false).await;
+    let (m, mut middle) = quic_relay(tmp.path(), "middle", false).await;
+    let (x, mut exit) = quic_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+    let quic_addr = |h: &HopTarget| SocketAddr::new(h.or_addr.ip(), h.quic_port.unwrap());
+    // The guard's directory: the middle takes QUIC. The middle's: the exit
+    // is listed without QUIC.
+    g.quic.set_directory([(m.rsa_id, Some(quic_addr(&middle)))]);
+    m.quic.set_directory([(x.rsa_id, None)]);
+    for h in [&mut guard, &mut middle, &mut exit] {
+        h.quic_port = None;
+    }
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let chan = mgr.get(&guard).await.unwrap();
+    let circ = circuit::build(chan, vec![guard, middle, exit], LONG)
+        .await
+        .expect("circuit");
+    assert_eq!(link_transport(&g, None).as_deref(), Some("tls"));
+    assert_eq!(link_transport(&g, Some(m.rsa_id)).as_deref(), Some("quic"));
+    assert_eq!(link_transport(&m, Some(x.rsa_id)).as_deref(), Some("tls"));
+    bulk(&circ, target, 256 << 10).await;
+}
