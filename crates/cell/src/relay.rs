@@ -11,7 +11,9 @@ use crate::chan::{Create2, Created2};
 use crate::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN, Reader};
 
 mod flow;
+pub mod udp;
 pub use flow::{Sendme, Xon, encode_xoff, parse_xoff};
+pub use udp::{ConnectUdp, ConnectedUdp};
 
 /// Offset of the Data field in a relay cell body.
 pub const DATA_OFFSET: usize = 11;
@@ -51,6 +53,12 @@ impl RelayCmd {
     pub const EXTEND2: RelayCmd = RelayCmd(14);
     /// EXTENDED2.
     pub const EXTENDED2: RelayCmd = RelayCmd(15);
+    /// CONNECT_UDP (proposal 339; tor-spec reserves 16-18 for UDP).
+    pub const CONNECT_UDP: RelayCmd = RelayCmd(16);
+    /// CONNECTED_UDP (proposal 339).
+    pub const CONNECTED_UDP: RelayCmd = RelayCmd(17);
+    /// DATAGRAM (proposal 339): one UDP datagram.
+    pub const DATAGRAM: RelayCmd = RelayCmd(18);
     /// XOFF (prop 324; tor's `RELAY_COMMAND_XOFF` is 43).
     pub const XOFF: RelayCmd = RelayCmd(43);
     /// XON (prop 324; `RELAY_COMMAND_XON` is 44).
@@ -74,6 +82,9 @@ impl RelayCmd {
             13 => "BEGIN_DIR",
             14 => "EXTEND2",
             15 => "EXTENDED2",
+            16 => "CONNECT_UDP",
+            17 => "CONNECTED_UDP",
+            18 => "DATAGRAM",
             32 => "ESTABLISH_INTRO",
             33 => "ESTABLISH_RENDEZVOUS",
             34 => "INTRODUCE1",
@@ -88,9 +99,11 @@ impl RelayCmd {
             _ => "UNKNOWN",
         }
     }
-    /// Whether this command counts against circuit/stream flow-control windows.
+    /// Whether this command counts against circuit flow-control windows
+    /// (DATA also against stream windows; DATAGRAM only against the
+    /// circuit's, as proposal 339 asks).
     pub fn counts_for_flow_control(self) -> bool {
-        self == RelayCmd::DATA
+        self == RelayCmd::DATA || self == RelayCmd::DATAGRAM
     }
 }
 
@@ -691,6 +704,12 @@ pub enum RelayMsg<'a> {
     Xon(Xon),
     /// XOFF.
     Xoff,
+    /// CONNECT_UDP (proposal 339).
+    ConnectUdp(ConnectUdp),
+    /// CONNECTED_UDP (proposal 339).
+    ConnectedUdp(ConnectedUdp),
+    /// DATAGRAM: one UDP datagram (proposal 339).
+    Datagram(&'a [u8]),
     /// Anything else (ignored, but counted for digests).
     Unknown(RelayCmd, &'a [u8]),
 }
@@ -725,6 +744,9 @@ impl<'a> RelayMsg<'a> {
                 parse_xoff(d)?;
                 RelayMsg::Xoff
             }
+            RelayCmd::CONNECT_UDP => RelayMsg::ConnectUdp(ConnectUdp::parse(d)?),
+            RelayCmd::CONNECTED_UDP => RelayMsg::ConnectedUdp(ConnectedUdp::parse(d)?),
+            RelayCmd::DATAGRAM => RelayMsg::Datagram(d),
             c => RelayMsg::Unknown(c, d),
         };
         Ok((h.stream_id, msg))
@@ -748,6 +770,9 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::BeginDir => RelayCmd::BEGIN_DIR,
             RelayMsg::Xon(_) => RelayCmd::XON,
             RelayMsg::Xoff => RelayCmd::XOFF,
+            RelayMsg::ConnectUdp(_) => RelayCmd::CONNECT_UDP,
+            RelayMsg::ConnectedUdp(_) => RelayCmd::CONNECTED_UDP,
+            RelayMsg::Datagram(_) => RelayCmd::DATAGRAM,
             RelayMsg::Unknown(c, _) => *c,
         }
     }
@@ -773,6 +798,9 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::Resolved(a) => encode_resolved(a),
             RelayMsg::Xon(x) => x.encode(),
             RelayMsg::Xoff => encode_xoff(),
+            RelayMsg::ConnectUdp(c) => c.encode()?,
+            RelayMsg::ConnectedUdp(c) => c.encode(),
+            RelayMsg::Datagram(d) => d.to_vec(),
             RelayMsg::Unknown(_, d) => d.to_vec(),
         })
     }
