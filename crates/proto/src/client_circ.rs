@@ -90,6 +90,10 @@ pub enum StreamKind {
     /// (an onion service's rendezvous circuit); waiting for the driver to
     /// accept (CONNECTED) or refuse (END). DATA may already arrive.
     Incoming,
+    /// CONNECT_UDP sent; waiting for CONNECTED_UDP (datagrams may go).
+    ConnectingUdp,
+    /// A UDP stream: DATAGRAM both ways.
+    OpenUdp,
 }
 
 #[derive(Debug)]
@@ -172,6 +176,22 @@ pub enum CircEvent {
         stream: u16,
         /// END reason.
         reason: u8,
+    },
+    /// The exit opened a UDP stream (CONNECTED_UDP).
+    ConnectedUdp {
+        /// Stream.
+        stream: u16,
+        /// The exit's bound address.
+        ours: std::net::SocketAddr,
+        /// The target's.
+        theirs: std::net::SocketAddr,
+    },
+    /// A datagram arrived on a UDP stream.
+    Datagram {
+        /// Stream.
+        stream: u16,
+        /// The datagram.
+        data: Vec<u8>,
     },
     /// A RESOLVE was answered.
     Resolved {
@@ -397,7 +417,7 @@ impl ClientCircuit {
         Err(CircError::TooManyStreams)
     }
 
-    fn open_stream(
+    pub(super) fn open_stream(
         &mut self,
         kind: StreamKind,
         cmd: RelayCmd,
@@ -455,6 +475,7 @@ impl ClientCircuit {
         match self.streams.get(&sid) {
             Some(s) => {
                 !self.closed
+                    && !matches!(s.kind, StreamKind::ConnectingUdp | StreamKind::OpenUdp)
                     && self.hops[s.hop].send.can_send()
                     && match &s.tx {
                         StreamTx::Window(w) => w.available() > 0,
@@ -580,7 +601,7 @@ impl ClientCircuit {
 
     /// Count a cell for a stream that is neither open nor half-closed, or
     /// beyond what a half-closed one could carry.
-    fn note_half(&mut self, verdict: Option<bool>) {
+    pub(super) fn note_half(&mut self, verdict: Option<bool>) {
         match verdict {
             Some(true) => self.stats.half_closed_valid += 1,
             _ => self.stats.invalid_cells += 1,
@@ -646,6 +667,19 @@ impl ClientCircuit {
                     self.note_half(v);
                 }
             }
+            RelayMsg::Datagram(d) => {
+                if sid == 0 {
+                    return Err(CircError::Protocol("DATAGRAM on stream 0"));
+                }
+                self.hops[hop].deliver.on_received()?;
+                if self.hops[hop].deliver.sendme_due() {
+                    self.hops[hop].deliver.on_sendme_sent();
+                    let m = Sendme::Authenticated(digest).encode();
+                    out.push(self.out(hop, RelayCmd::SENDME, 0, &m, false)?);
+                }
+                self.on_datagram(sid, d, events)?;
+            }
+            RelayMsg::ConnectedUdp(c) => self.on_connected_udp(sid, c, events)?,
             RelayMsg::Sendme(m) => {
                 if sid == 0 {
                     self.hops[hop].send.on_sendme(&m, now, chan)?;
@@ -747,6 +781,7 @@ impl ClientCircuit {
             | RelayMsg::Extend2(_)
             | RelayMsg::Truncate
             | RelayMsg::Resolve(_)
+            | RelayMsg::ConnectUdp(_)
             | RelayMsg::BeginDir => {
                 return Err(CircError::Protocol("forward-only relay command from a hop"));
             }
@@ -769,6 +804,8 @@ impl ClientCircuit {
 
 #[path = "client_circ_hs.rs"]
 mod hs;
+#[path = "client_circ_udp.rs"]
+mod udp;
 
 /// END reason the client reports when a circuit dies under a stream.
 pub const END_REASON_CIRCUIT_GONE: u8 = end_reason::DESTROY;

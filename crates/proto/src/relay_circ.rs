@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use onionmix_cell::chan::destroy_reason;
-use onionmix_cell::relay::{Begin, Extend2, RelayCmd, RelayMsg, Sendme};
+use onionmix_cell::relay::{Begin, ConnectUdp, Extend2, RelayCmd, RelayMsg, Sendme};
 use onionmix_cell::{CellBody, CellError};
 
 use crate::cc::CcParams;
@@ -52,6 +52,22 @@ pub enum Inbound<'a> {
         stream: u16,
         /// Name.
         name: String,
+    },
+    /// CONNECT_UDP: open a UDP socket connected to the target (an exit
+    /// that advertises `Datagram=1`; proposal 339).
+    ConnectUdp {
+        /// Stream.
+        stream: u16,
+        /// Target.
+        connect: ConnectUdp,
+    },
+    /// One datagram for a UDP stream (counted in the circuit's window,
+    /// not a stream's).
+    Datagram {
+        /// Stream.
+        stream: u16,
+        /// The datagram (borrowed from the cell).
+        data: &'a [u8],
     },
     /// Stream data to deliver.
     Data {
@@ -140,6 +156,8 @@ pub struct Handled<'a> {
 #[derive(Debug)]
 struct ExitStream {
     rx: StreamRx,
+    /// A UDP stream (DATAGRAM, no stream window).
+    udp: bool,
 }
 
 /// The relay-side, client-facing half of a circuit.
@@ -245,6 +263,36 @@ impl RelayCircuit {
                 self.extending = true;
                 Inbound::Extend(e)
             }
+            RelayMsg::ConnectUdp(c) => {
+                self.check_new_stream(sid)?;
+                if let Some(s) = self.streams.get_mut(&sid) {
+                    s.udp = true;
+                }
+                Inbound::ConnectUdp {
+                    stream: sid,
+                    connect: c,
+                }
+            }
+            RelayMsg::Datagram(d) => {
+                if sid == 0 {
+                    return Err(RelayCircError::Protocol("DATAGRAM with stream 0"));
+                }
+                self.deliver.on_received()?;
+                if self.deliver.sendme_due() {
+                    self.deliver.on_sendme_sent();
+                    circ_sendme = Some(digest);
+                }
+                match self.streams.get(&sid) {
+                    Some(s) if s.udp => Inbound::Datagram {
+                        stream: sid,
+                        data: d,
+                    },
+                    Some(_) => {
+                        return Err(RelayCircError::Protocol("DATAGRAM on a TCP stream"));
+                    }
+                    None => Inbound::Nothing,
+                }
+            }
             RelayMsg::Begin(b) => {
                 self.check_new_stream(sid)?;
                 Inbound::Begin {
@@ -272,6 +320,9 @@ impl RelayCircuit {
                     circ_sendme = Some(digest);
                 }
                 if let Some(s) = self.streams.get_mut(&sid) {
+                    if s.udp {
+                        return Err(RelayCircError::Protocol("DATA on a UDP stream"));
+                    }
                     s.rx.on_data()?;
                     Inbound::Data {
                         stream: sid,
@@ -321,6 +372,7 @@ impl RelayCircuit {
             },
             RelayMsg::Drop | RelayMsg::Unknown(..) => Inbound::Nothing,
             RelayMsg::Connected(_)
+            | RelayMsg::ConnectedUdp(_)
             | RelayMsg::Resolved(_)
             | RelayMsg::Extended2(_)
             | RelayMsg::Truncated(_) => {
@@ -393,7 +445,7 @@ impl RelayCircuit {
             Some(p) => StreamRx::Flow(FlowRx::new(p, false)),
             None => StreamRx::window(),
         };
-        self.streams.insert(sid, ExitStream { rx });
+        self.streams.insert(sid, ExitStream { rx, udp: false });
         Ok(())
     }
 }
@@ -452,6 +504,56 @@ mod tests {
             let h = c.handle_inbound(false, &mut b).unwrap();
             assert!(matches!(h.action, Inbound::Nothing), "{cmd}");
         }
+    }
+
+    #[test]
+    fn udp_streams_take_datagrams_counted_by_the_circuit() {
+        use onionmix_cell::relay::TargetHost;
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let connect = ConnectUdp {
+            flags: 0,
+            host: TargetHost::Hostname("echo.example".into()),
+            port: 7,
+        };
+        let mut b = body(RelayCmd::CONNECT_UDP, 5, &connect.encode().unwrap());
+        match c.handle_inbound(false, &mut b).unwrap().action {
+            Inbound::ConnectUdp {
+                stream,
+                connect: got,
+            } => {
+                assert_eq!((stream, got), (5, connect.clone()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // 100 datagrams make a circuit SENDME due, as 100 DATA cells do.
+        let mut sendmes = 0;
+        for _ in 0..100 {
+            let mut d = body(RelayCmd::DATAGRAM, 5, b"ping");
+            let h = c.handle_inbound(false, &mut d).unwrap();
+            assert!(matches!(h.action, Inbound::Datagram { stream: 5, data } if data == b"ping"));
+            sendmes += usize::from(h.circ_sendme.is_some());
+        }
+        assert_eq!(sendmes, 1);
+        // DATA on a UDP stream, DATAGRAM on a TCP one: protocol errors.
+        let mut d = body(RelayCmd::DATA, 5, b"x");
+        assert!(c.handle_inbound(false, &mut d).is_err());
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let begin = onionmix_cell::relay::Begin {
+            host: TargetHost::Hostname("a.b".into()),
+            port: 80,
+            flags: 0,
+        };
+        let mut b = body(RelayCmd::BEGIN, 6, &begin.encode());
+        c.handle_inbound(false, &mut b).unwrap();
+        let mut d = body(RelayCmd::DATAGRAM, 6, b"x");
+        assert!(c.handle_inbound(false, &mut d).is_err());
+        // For a stream that is gone: nothing (but still counted).
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let mut d = body(RelayCmd::DATAGRAM, 9, b"x");
+        assert!(matches!(
+            c.handle_inbound(false, &mut d).unwrap().action,
+            Inbound::Nothing
+        ));
     }
 
     #[test]
