@@ -64,6 +64,7 @@ async fn start_relay(
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     (ctx, target)
@@ -323,6 +324,7 @@ async fn optimistic_data_is_resent_when_the_stream_is_retried() {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     let good = net.hops.clone();
@@ -409,6 +411,7 @@ async fn hung_hop_times_out_at_the_learned_bound() {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     let good = net.hops.clone();

@@ -137,6 +137,7 @@ fn start_relay(bin: &str, dir: &std::path::Path, threads: usize) -> (Proc, HopTa
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     (Proc(child), hop)

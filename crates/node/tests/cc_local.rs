@@ -42,6 +42,7 @@ async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<Rela
         ntor_v3: true,
         optimistic_data: true,
         flowctrl_cc: true,
+        datagram: false,
         params: Some(Arc::new(CcParams::default())),
     };
     (ctx, target)

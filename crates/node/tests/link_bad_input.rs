@@ -104,6 +104,7 @@ async fn fake_relay(how: Misbehave) -> (SocketAddr, HopTarget) {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     (addr, target)
@@ -148,6 +149,7 @@ async fn broken_responders_fail_cleanly() {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     mgr.get(&good).await.expect("good relay after broken ones");

@@ -30,6 +30,7 @@ fn read_relay_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     })
 }

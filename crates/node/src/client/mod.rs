@@ -13,6 +13,7 @@ pub mod hs;
 pub mod preemptive;
 pub mod socks;
 pub mod stream;
+pub mod udp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

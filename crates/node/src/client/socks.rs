@@ -250,6 +250,14 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         }
     }
     let epoch = ctx.hub.epoch.load(Ordering::Relaxed);
+    if req.cmd == SocksCmd::UdpAssociate {
+        // Each destination is tracked as its own stream.
+        let key = IsolationKey {
+            socks_auth: req.auth.clone(),
+            nym_epoch: epoch,
+        };
+        return super::udp::associate(sock, peer, ctx, key, req).await;
+    }
     let tr = Tracked::new(&ctx.hub, &req, peer, epoch);
     let mut ready = match (&ctx.dir_ready, onion) {
         (Some(d), true) => d.clone(),
@@ -278,6 +286,7 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
     match req.cmd {
         SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
+        SocksCmd::UdpAssociate => Err("UDP ASSOCIATE handled above".into()),
     }
 }
 

@@ -50,6 +50,8 @@ pub enum Request {
     Dir,
     /// RESOLVE.
     Resolve(String),
+    /// CONNECT_UDP (see `exit_udp`).
+    ConnectUdp(onionmix_cell::relay::ConnectUdp),
 }
 
 /// One exit stream task's state.
@@ -73,7 +75,7 @@ pub struct ExitStream {
 }
 
 impl ExitStream {
-    fn send(&self, cmd: RelayCmd, data: &[u8]) -> bool {
+    pub(super) fn send(&self, cmd: RelayCmd, data: &[u8]) -> bool {
         originate_backward(
             &self.shared,
             &self.origin,
@@ -83,11 +85,11 @@ impl ExitStream {
             data,
         )
     }
-    fn end(&self, reason: u8) {
+    pub(super) fn end(&self, reason: u8) {
         self.send(RelayCmd::END, &End::new(reason).encode());
         self.closed();
     }
-    fn closed(&self) {
+    pub(super) fn closed(&self) {
         self.origin.send(RCmd::StreamClosed {
             circ_id: self.circ_id,
             stream: self.stream,
@@ -134,10 +136,11 @@ pub async fn run(s: ExitStream, req: Request) {
         Request::Connect(b) => connect(s, b).await,
         Request::Resolve(name) => resolve(s, name).await,
         Request::Dir => dir(s).await,
+        Request::ConnectUdp(c) => super::exit_udp::connect_udp(s, c).await,
     }
 }
 
-async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+pub(super) async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
     if let Some(ns) = ctx.cfg.nameserver {
         return match tokio::time::timeout(RESOLVE_TIMEOUT, super::dns::resolve(ns, host)).await {
             Ok(Ok(v)) if !v.is_empty() => Ok(v),

@@ -5,6 +5,7 @@ pub mod config;
 pub mod dircache;
 pub mod dns;
 pub mod exit;
+pub mod exit_udp;
 pub mod extend;
 pub mod hs;
 pub mod idle;
@@ -85,6 +86,14 @@ pub struct RelayStats {
     pub xoff_received: AtomicU64,
     /// XONs received from clients.
     pub xon_received: AtomicU64,
+    /// UDP streams opened (CONNECT_UDP answered CONNECTED_UDP).
+    pub udp_streams: AtomicU64,
+    /// Datagrams from clients sent to targets.
+    pub datagrams_up: AtomicU64,
+    /// Datagrams from targets sent to clients.
+    pub datagrams_down: AtomicU64,
+    /// Datagrams dropped (queue or circuit window full, too large).
+    pub datagrams_dropped: AtomicU64,
 }
 
 /// Everything the relay's tasks share.
@@ -451,6 +460,13 @@ pub fn status(ctx: &RelayCtx) -> serde_json::Value {
         "cells_forwarded": n(&s.cells_forwarded),
         "exit_bytes_down": n(&s.exit_bytes_down),
         "exit_bytes_up": n(&s.exit_bytes_up),
+        "udp": {
+            "enabled": ctx.cfg.exit && ctx.cfg.exit_udp,
+            "streams": n(&s.udp_streams),
+            "datagrams_up": n(&s.datagrams_up),
+            "datagrams_down": n(&s.datagrams_down),
+            "datagrams_dropped": n(&s.datagrams_dropped),
+        },
         "congestion_control": {
             "enabled": cc.enabled(),
             "sendme_inc": cc.sendme_inc,

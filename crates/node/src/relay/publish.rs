@@ -27,13 +27,21 @@ pub const PROTOCOLS: &str = "Cons=1-2 Desc=1-2 FlowCtrl=1-2 HSIntro=4-5 HSRend=2
 pub const PROTOCOLS_WITH_DIR_CACHE: &str = "Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4";
 
 /// What the descriptor's `proto` line says, true to what this relay
-/// serves.
-pub fn protocols(dir_cache: bool) -> &'static str {
-    if dir_cache {
+/// serves: `Datagram=1` only for an exit that carries UDP streams
+/// (docs/udp-over-tor.md), so no client ever sends CONNECT_UDP elsewhere.
+pub fn protocols(dir_cache: bool, datagram: bool) -> String {
+    let base = if dir_cache {
         PROTOCOLS_WITH_DIR_CACHE
     } else {
         PROTOCOLS
+    };
+    if !datagram {
+        return base.to_string();
     }
+    let mut words: Vec<&str> = base.split(' ').collect();
+    words.push("Datagram=1");
+    words.sort_unstable();
+    words.join(" ")
 }
 /// The `platform` line.
 pub const PLATFORM: &str = concat!("onionmix ", env!("CARGO_PKG_VERSION"), " on Linux");
@@ -63,7 +71,7 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
         or_port: ctx.or_port(),
         dir_port: 0,
         platform: PLATFORM.into(),
-        protocols: protocols(ctx.dir.is_some()).into(),
+        protocols: protocols(ctx.dir.is_some(), ctx.cfg.exit && ctx.cfg.exit_udp),
         published: now_unix(),
         uptime: ctx.started.elapsed().as_secs(),
         bandwidth: (
@@ -220,17 +228,23 @@ mod tests {
     #[test]
     fn proto_line_meets_what_authorities_require_and_recommend() {
         let lines = onionmix_netdoc::vote::default_protocol_lines();
-        let ours: Protocols = protocols(true).parse().unwrap();
+        let ours: Protocols = protocols(true, false).parse().unwrap();
         for line in [&lines[1], &lines[3]] {
             let want: Protocols = line.parse().unwrap();
             assert!(ours.missing_from(&want).is_empty(), "{line}");
         }
         // Without a directory cache the relay does not claim one.
-        let no_cache: Protocols = protocols(false).parse().unwrap();
+        let no_cache: Protocols = protocols(false, false).parse().unwrap();
         let want: Protocols = lines[3].parse().unwrap();
         assert_eq!(
             no_cache.missing_from(&want),
             vec![("DirCache".to_string(), 2), ("HSDir".to_string(), 2)]
         );
+        // A UDP exit says so, in order.
+        let udp = protocols(false, true);
+        assert!(udp.starts_with("Cons=1-2 Datagram=1 Desc=1-2"), "{udp}");
+        let p: Protocols = udp.parse().unwrap();
+        assert!(p.supports("Datagram", 1));
+        assert!(!protocols(true, false).contains("Datagram"));
     }
 }

@@ -48,6 +48,7 @@ pub async fn start_relay(
         ntor_v3: false,
         optimistic_data: true,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     };
     (ctx, target)

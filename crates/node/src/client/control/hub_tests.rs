@@ -19,6 +19,7 @@ fn hop(n: u8) -> HopTarget {
         ntor_v3: false,
         optimistic_data: false,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     }
 }

@@ -187,6 +187,7 @@ pub fn hop_from_link_specs(
         // congestion control with their last relay.
         optimistic_data: false,
         flowctrl_cc: false,
+        datagram: false,
         params: None,
     })
 }

@@ -610,9 +610,22 @@ pub fn try_originate_data(
     sid: u16,
     data: &[u8],
 ) -> DataSend {
+    try_originate_counted(shared, chan, circ_id, RelayCmd::DATA, sid, data)
+}
+
+/// [`try_originate_data`] for any message the circuit's window counts
+/// (DATA, DATAGRAM).
+pub fn try_originate_counted(
+    shared: &SharedCirc,
+    chan: &RelayChanHandle,
+    circ_id: u32,
+    cmd: RelayCmd,
+    sid: u16,
+    data: &[u8],
+) -> DataSend {
     let mut body = [0u8; PAYLOAD_LEN];
     let mut rng = rand::thread_rng();
-    if relay::write(&mut body, RelayCmd::DATA, sid, data, |p| rng.fill(p)).is_err() {
+    if relay::write(&mut body, cmd, sid, data, |p| rng.fill(p)).is_err() {
         return DataSend::Closed;
     }
     let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);

@@ -94,6 +94,30 @@ impl Reactor {
                     self.open_exit_stream(id, stream, exit::Request::Connect(begin));
                 }
             }
+            Inbound::ConnectUdp { stream, connect } => {
+                if self.me.peer.is_none() && !self.ctx.cfg.allow_single_hop_exits {
+                    // As for BEGIN: no exit streams on a client's first hop.
+                    self.ctx
+                        .stats
+                        .single_hop_begins_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    o.circ.stream_closed(stream);
+                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+                } else {
+                    self.open_exit_stream(id, stream, exit::Request::ConnectUdp(connect));
+                }
+            }
+            Inbound::Datagram { stream, data } => {
+                // UDP: a full queue drops the datagram, the stream lives.
+                if let Some(s) = o.streams.get(&stream)
+                    && s.data.try_send(Bytes::copy_from_slice(data)).is_err()
+                {
+                    self.ctx
+                        .stats
+                        .datagrams_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
             Inbound::BeginDir { stream } => {
                 self.open_exit_stream(id, stream, exit::Request::Dir);
             }

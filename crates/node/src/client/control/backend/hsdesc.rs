@@ -265,6 +265,7 @@ mod tests {
             ntor_v3: false,
             optimistic_data: false,
             flowctrl_cc: false,
+            datagram: false,
             params: None,
         }
     }
