@@ -53,7 +53,7 @@ async fn namespace_routes_only_through_the_tun() {
     assert!(netns::exists(&name));
     let tun_name = format!("omxt{}", std::process::id());
     let dev = TunDevice::create(&tun_name).expect("create tun");
-    dev.move_into(&ns, Ipv4Addr::new(10, 255, 0, 1), 32)
+    dev.move_into(&ns, Ipv4Addr::new(10, 255, 0, 1), 32, None)
         .expect("configure tun in namespace");
     let resolver = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
     ns.write_resolv_conf(resolver).expect("resolv.conf");
