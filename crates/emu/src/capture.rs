@@ -241,6 +241,7 @@ pub fn summarize(head: &[u8]) -> Option<Summary> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

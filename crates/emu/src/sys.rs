@@ -315,7 +315,7 @@ pub fn recv_packet(f: &File, buf: &mut [u8]) -> io::Result<PacketMeta> {
     Ok(PacketMeta {
         len: usize::try_from(n).unwrap_or(0).min(buf.len()),
         ifindex: sll.sll_ifindex,
-        outgoing: sll.sll_pkttype == libc::PACKET_OUTGOING as u8,
+        outgoing: sll.sll_pkttype == libc::PACKET_OUTGOING,
         protocol: u16::from_be(sll.sll_protocol),
     })
 }

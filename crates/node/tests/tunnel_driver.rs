@@ -307,8 +307,10 @@ async fn fallback_dns_and_per_app_isolation() {
         server: http_server(N).await,
         log: Mutex::new(Vec::new()),
     });
-    let mut cfg = TunnelConfig::default();
-    cfg.dns = DnsMode::Fallback;
+    let mut cfg = TunnelConfig {
+        dns: DnsMode::Fallback,
+        ..TunnelConfig::default()
+    };
     cfg.flows.isolation = Isolation::PerApp;
     cfg.mapping.v6 = None;
     let r = start(cfg, fake.clone(), true, "f");

@@ -131,10 +131,12 @@ fn socks_addr(a: &TunnelArgs) -> anyhow::Result<SocketAddr> {
 }
 
 fn config(a: &TunnelArgs) -> TunnelConfig {
-    let mut cfg = TunnelConfig::default();
-    cfg.dns = match a.dns {
-        DnsArg::Optimistic => DnsMode::Optimistic,
-        DnsArg::Fallback => DnsMode::Fallback,
+    let mut cfg = TunnelConfig {
+        dns: match a.dns {
+            DnsArg::Optimistic => DnsMode::Optimistic,
+            DnsArg::Fallback => DnsMode::Fallback,
+        },
+        ..TunnelConfig::default()
     };
     cfg.flows.isolation = match a.isolation {
         IsolationArg::Destination => Isolation::PerDestination,

@@ -222,6 +222,13 @@ async fn run_destination(
             .map_err(|e| e.to_string())
     };
     let circ: Arc<_> = match circ {
+        // A controller may attach the stream anywhere: never to an exit
+        // that did not advertise UDP (a stock one never sees CONNECT_UDP).
+        Ok(c) if !c.path.last().is_some_and(|h| h.datagram) => {
+            debug!("UDP stream attached to a circuit whose exit has no Datagram=1");
+            tr.failed(end_reason::EXITPOLICY, false);
+            return;
+        }
         Ok(c) => c,
         Err(e) => {
             debug!("no circuit for a UDP stream: {e}");

@@ -338,6 +338,10 @@ pub(super) fn apply(
             s.set_timeout(Some(smoltcp::time::Duration::from_secs(
                 SOCKET_TIMEOUT_SECS,
             )));
+            // What the exit sends goes out at once: the tunnel relays, the
+            // application chose its own Nagle; coalescing here would only
+            // add a round trip of delay to small writes.
+            s.set_nagle_enabled(false);
             if s.listen(dst).is_ok() {
                 f.handle = Some(sockets.add(s));
                 dev.push_rx(syn.clone());
