@@ -389,7 +389,11 @@ fn run_all(
         // Stock tor clients: circuit build times from CIRC events.
         let mut watches = Vec::new();
         // (onionmix clients report theirs in status.json.)
-        for ep in eps.iter().filter(|e| e.status_json.is_none()) {
+        // (A tunnel series shares its client's: not watched twice.)
+        for ep in eps
+            .iter()
+            .filter(|e| e.status_json.is_none() && e.tunnel.is_none())
+        {
             if let Some((addr, cookie)) = &ep.control {
                 match onionmix_testbed::torctl::watch_circuits(
                     *addr,
