@@ -245,23 +245,10 @@ pub fn run_json(mut cmd: Command, what: &str, limit: Duration) -> serde_json::Va
 /// What the tunnel tests need: root, `ip`, `curl`, `bash` (and `setpriv`
 /// from util-linux for per-app isolation).
 pub fn tunnel_tools() -> Result<(), String> {
-    if !onionmix_node::tunnel::is_root() {
-        return Err("needs root (network namespace, TUN device)".into());
-    }
-    for p in ["ip", "curl", "bash", "setpriv"] {
-        if Command::new(p)
-            .arg("-V")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_err()
-        {
-            return Err(format!(
-                "{p} missing: apt-get install iproute2 curl bash util-linux"
-            ));
-        }
-    }
-    Ok(())
+    onionmix_testsupport::root_and_tools_check(
+        &["ip", "curl", "bash", "setpriv"],
+        "apt-get install iproute2 curl bash util-linux",
+    )
 }
 
 /// A long-running `onionmix tunnel` (no `--exec`) in namespace `name`,

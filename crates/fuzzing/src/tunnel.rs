@@ -25,6 +25,17 @@ pub mod flags {
     pub const CARRY_UDP: u8 = 16;
 }
 
+/// The next byte of the input (0 at its end).
+fn take_byte(rest: &mut &[u8]) -> u8 {
+    match rest.split_first() {
+        Some((&b, r)) => {
+            *rest = r;
+            b
+        }
+        None => 0,
+    }
+}
+
 /// Fix the total length and header checksum of an IPv4 packet, then the
 /// TCP/UDP checksum of any well-formed packet.
 pub fn fix_v4(p: &mut [u8]) {
@@ -95,11 +106,7 @@ pub fn tunnel_packet(data: &[u8]) {
                 if let Target::Host(name, _) = &target {
                     assert!(!name.is_empty());
                 }
-                let (ev, more) = match rest.split_first() {
-                    Some((&b, r)) => (b, r),
-                    None => (0, rest),
-                };
-                rest = more;
+                let ev = take_byte(&mut rest);
                 if ev & 1 != 0 {
                     t.on_flow(now, id, FlowEvent::BeginSent)
                         .expect("BEGIN after SYN");
@@ -120,11 +127,7 @@ pub fn tunnel_packet(data: &[u8]) {
                 if let Target::Host(name, _) = &target {
                     assert!(!name.is_empty());
                 }
-                let (ev, more) = match rest.split_first() {
-                    Some((&b, r)) => (b, r),
-                    None => (0, rest),
-                };
-                rest = more;
+                let ev = take_byte(&mut rest);
                 // Opened (and answered, and maybe ended) or refused.
                 if ev & 1 != 0 {
                     let _ = t.udp_opened(now, id);

@@ -18,7 +18,7 @@ use onionmix_node::tunnel::driver::{
     self, AppLookup, BoxFuture, ConnectError, Options, UdpChannel, Upstream,
 };
 use onionmix_node::tunnel::netns::Namespace;
-use onionmix_node::tunnel::{APP_V4, APP_V6, RESOLVER_V6, is_root};
+use onionmix_node::tunnel::{APP_V4, APP_V6, RESOLVER_V6};
 use onionmix_tunnel::TunnelConfig;
 use onionmix_tunnel::dns::DnsMode;
 use onionmix_tunnel::flows::{Isolation, Target};
@@ -32,23 +32,10 @@ use tokio::sync::mpsc;
 const SINK_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 
 fn check() -> Result<(), String> {
-    if !is_root() {
-        return Err("needs root (network namespaces, TUN devices)".into());
-    }
-    for p in ["ip", "curl", "bash", "setpriv"] {
-        if std::process::Command::new(p)
-            .arg("-V")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_err()
-        {
-            return Err(format!(
-                "{p} missing: apt-get install iproute2 curl bash util-linux"
-            ));
-        }
-    }
-    Ok(())
+    onionmix_testsupport::root_and_tools_check(
+        &["ip", "curl", "bash", "setpriv"],
+        "apt-get install iproute2 curl bash util-linux",
+    )
 }
 
 fn body(n: usize) -> Vec<u8> {

@@ -66,18 +66,8 @@ pub async fn associate(
     key: IsolationKey,
     req: SocksRequest,
 ) -> Result<(), String> {
-    let mut ready = ctx.ready.clone();
-    if !*ready.borrow() {
-        let ok = matches!(
-            tokio::time::timeout(ctx.stream_timeout, ready.wait_for(|r| *r)).await,
-            Ok(Ok(_))
-        );
-        if !ok {
-            let _ = sock
-                .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
-                .await;
-            return Err("not bootstrapped yet".into());
-        }
+    if !super::socks::wait_ready(&ctx, ctx.ready.clone(), &mut sock, &req).await {
+        return Err("not bootstrapped yet".into());
     }
     let local = sock.local_addr().map_err(|e| e.to_string())?;
     let relay = UdpSocket::bind(SocketAddr::new(local.ip(), 0))

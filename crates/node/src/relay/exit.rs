@@ -140,7 +140,7 @@ pub async fn run(s: ExitStream, req: Request) {
     }
 }
 
-pub(super) async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
     if let Some(ns) = ctx.cfg.nameserver {
         return match tokio::time::timeout(RESOLVE_TIMEOUT, super::dns::resolve(ns, host)).await {
             Ok(Ok(v)) if !v.is_empty() => Ok(v),
@@ -162,44 +162,59 @@ pub(super) async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<
     }
 }
 
-async fn connect(mut s: ExitStream, b: Begin) {
-    if !s.ctx.cfg.exit {
-        s.end(end_reason::EXITPOLICY);
-        return;
-    }
-    let candidates = match &b.host {
+/// The address to connect a stream to `host:port` (`flags` as in
+/// BEGIN): resolved here, of an allowed family, passing the exit policy.
+/// `None` once the stream was ended (with the reason and, for a policy
+/// refusal, the address refused).
+pub(super) async fn pick_target(
+    s: &ExitStream,
+    host: &TargetHost,
+    port: u16,
+    flags: u32,
+) -> Option<IpAddr> {
+    let candidates = match host {
         TargetHost::Ip(ip) => vec![*ip],
-        TargetHost::Hostname(h) => match lookup(&s.ctx, h, b.port).await {
+        TargetHost::Hostname(h) => match lookup(&s.ctx, h, port).await {
             Ok(v) => v,
             Err(r) => {
                 s.end(r);
-                return;
+                return None;
             }
         },
     };
-    let v4_ok = b.flags & begin_flags::IPV4_NOT_OK == 0;
-    let v6_ok =
-        b.flags & begin_flags::IPV6_OK != 0 || matches!(b.host, TargetHost::Ip(IpAddr::V6(_)));
+    let v4_ok = flags & begin_flags::IPV4_NOT_OK == 0;
+    let v6_ok = flags & begin_flags::IPV6_OK != 0 || matches!(host, TargetHost::Ip(IpAddr::V6(_)));
     let mut usable: Vec<IpAddr> = candidates
         .iter()
         .copied()
         .filter(|a| (a.is_ipv4() && v4_ok) || (a.is_ipv6() && v6_ok))
         .collect();
-    if b.flags & begin_flags::IPV6_PREFERRED != 0 {
+    if flags & begin_flags::IPV6_PREFERRED != 0 {
         usable.sort_by_key(|a| a.is_ipv4());
     }
-    let Some(&addr) = usable.iter().find(|a| s.ctx.exit_policy.allows(a, b.port)) else {
-        let refused = usable.first().or(candidates.first()).copied();
-        let end = End {
-            reason: if refused.is_some() {
-                end_reason::EXITPOLICY
-            } else {
-                end_reason::RESOLVEFAILED
-            },
-            addr: refused.map(|a| (a, ANSWER_TTL)),
-        };
-        s.send(RelayCmd::END, &end.encode());
-        s.closed();
+    if let Some(&addr) = usable.iter().find(|a| s.ctx.exit_policy.allows(a, port)) {
+        return Some(addr);
+    }
+    let refused = usable.first().or(candidates.first()).copied();
+    let end = End {
+        reason: if refused.is_some() {
+            end_reason::EXITPOLICY
+        } else {
+            end_reason::RESOLVEFAILED
+        },
+        addr: refused.map(|a| (a, ANSWER_TTL)),
+    };
+    s.send(RelayCmd::END, &end.encode());
+    s.closed();
+    None
+}
+
+async fn connect(mut s: ExitStream, b: Begin) {
+    if !s.ctx.cfg.exit {
+        s.end(end_reason::EXITPOLICY);
+        return;
+    }
+    let Some(addr) = pick_target(&s, &b.host, b.port, b.flags).await else {
         return;
     };
     let sock = match tokio::time::timeout(

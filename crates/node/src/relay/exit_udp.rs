@@ -11,7 +11,7 @@
 //! when the target answers with ICMP port unreachable (CONNECTREFUSED), or
 //! when the client ends it.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -19,11 +19,9 @@ use tokio::net::UdpSocket;
 use tracing::debug;
 
 use onionmix_cell::relay::udp::MAX_DATAGRAM;
-use onionmix_cell::relay::{
-    ConnectUdp, ConnectedUdp, End, RelayCmd, TargetHost, begin_flags, end_reason,
-};
+use onionmix_cell::relay::{ConnectUdp, ConnectedUdp, RelayCmd, end_reason};
 
-use super::exit::{ANSWER_TTL, ExitStream, lookup};
+use super::exit::{ExitStream, pick_target};
 use super::reactor::{DataSend, try_originate_counted};
 
 /// A UDP stream with no datagram either way for this long is ended.
@@ -38,39 +36,7 @@ pub async fn connect_udp(mut s: ExitStream, c: ConnectUdp) {
         s.end(end_reason::EXITPOLICY);
         return;
     }
-    let candidates = match &c.host {
-        TargetHost::Ip(ip) => vec![*ip],
-        TargetHost::Hostname(h) => match lookup(&s.ctx, h, c.port).await {
-            Ok(v) => v,
-            Err(r) => {
-                s.end(r);
-                return;
-            }
-        },
-    };
-    let v4_ok = c.flags & begin_flags::IPV4_NOT_OK == 0;
-    let v6_ok =
-        c.flags & begin_flags::IPV6_OK != 0 || matches!(c.host, TargetHost::Ip(IpAddr::V6(_)));
-    let mut usable: Vec<IpAddr> = candidates
-        .iter()
-        .copied()
-        .filter(|a| (a.is_ipv4() && v4_ok) || (a.is_ipv6() && v6_ok))
-        .collect();
-    if c.flags & begin_flags::IPV6_PREFERRED != 0 {
-        usable.sort_by_key(|a| a.is_ipv4());
-    }
-    let Some(&addr) = usable.iter().find(|a| s.ctx.exit_policy.allows(a, c.port)) else {
-        let refused = usable.first().or(candidates.first()).copied();
-        let end = End {
-            reason: if refused.is_some() {
-                end_reason::EXITPOLICY
-            } else {
-                end_reason::RESOLVEFAILED
-            },
-            addr: refused.map(|a| (a, ANSWER_TTL)),
-        };
-        s.send(RelayCmd::END, &end.encode());
-        s.closed();
+    let Some(addr) = pick_target(&s, &c.host, c.port, c.flags).await else {
         return;
     };
     let target = SocketAddr::new(addr, c.port);

@@ -23,6 +23,18 @@ fn open(t: &mut UdpTable, now: Instant, k: UdpKey, iso: Isolation, c: &mut Count
     )
 }
 
+/// Another datagram on a flow that exists.
+fn again(
+    t: &mut UdpTable,
+    now: Instant,
+    k: UdpKey,
+    iso: Isolation,
+    d: &[u8],
+    c: &mut Counters,
+) -> UdpStep {
+    t.on_datagram(now, k, || unreachable!(), iso, None, d, b"p", c)
+}
+
 #[test]
 fn datagrams_wait_for_the_stream_then_flow_both_ways() {
     let now = Instant::now();
@@ -40,14 +52,12 @@ fn datagrams_wait_for_the_stream_then_flow_both_ways() {
     assert_eq!(isolation, IsolationKey::Destination("192.0.2.7".into()));
     // More datagrams while opening wait, up to the bound.
     for i in 0..20u8 {
-        let s = t.on_datagram(
+        let s = again(
+            &mut t,
             now,
             key(1000),
-            || unreachable!(),
             Isolation::PerDestination,
-            None,
             &[i],
-            b"p",
             &mut c,
         );
         assert_eq!(s, UdpStep::None);
@@ -59,14 +69,12 @@ fn datagrams_wait_for_the_stream_then_flow_both_ways() {
     assert_eq!(c.udp_datagrams_to_exit, 8);
     // Opened twice: nothing more.
     assert!(t.opened(now, id, &mut c).is_empty());
-    let s = t.on_datagram(
+    let s = again(
+        &mut t,
         now,
         key(1000),
-        || unreachable!(),
         Isolation::PerDestination,
-        None,
         b"x",
-        b"p",
         &mut c,
     );
     assert_eq!(
@@ -89,16 +97,7 @@ fn datagrams_wait_for_the_stream_then_flow_both_ways() {
     let _ = t.opened(now, id, &mut c);
     assert_eq!(t.ended(now, id, &mut c), None);
     assert_eq!(c.udp_flows_refused, 1);
-    let s = t.on_datagram(
-        now,
-        key(2000),
-        || unreachable!(),
-        Isolation::PerFlow,
-        None,
-        b"x",
-        b"p",
-        &mut c,
-    );
+    let s = again(&mut t, now, key(2000), Isolation::PerFlow, b"x", &mut c);
     assert_eq!(s, UdpStep::Refused);
 }
 
@@ -114,16 +113,7 @@ fn a_refused_flow_falls_back_without_asking_again() {
     assert_eq!(c.udp_flows_refused, 1);
     assert_eq!(t.failed(now, id, &mut c), None);
     assert_eq!(t.from_exit(now, id, 1, &mut c), None);
-    let s = t.on_datagram(
-        now,
-        key(1000),
-        || unreachable!(),
-        Isolation::PerFlow,
-        None,
-        b"x",
-        b"p",
-        &mut c,
-    );
+    let s = again(&mut t, now, key(1000), Isolation::PerFlow, b"x", &mut c);
     assert_eq!(s, UdpStep::Refused);
     // Idle long enough, it is forgotten; the next datagram tries again.
     let later = now + UdpConfig::default().idle;
@@ -161,16 +151,7 @@ fn isolation_keys_and_limits() {
     assert_eq!(c.drops(DropReason::FlowLimit), 1);
     // Too big for one DATAGRAM message.
     let big = vec![0u8; 499];
-    let s = t.on_datagram(
-        now,
-        key(1),
-        || unreachable!(),
-        Isolation::PerFlow,
-        None,
-        &big,
-        b"p",
-        &mut c,
-    );
+    let s = again(&mut t, now, key(1), Isolation::PerFlow, &big, &mut c);
     assert_eq!(s, UdpStep::None);
     assert_eq!(c.drops(DropReason::UdpTooBig), 1);
     // Activity keeps a flow; idleness ends it.

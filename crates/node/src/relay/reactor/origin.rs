@@ -80,32 +80,10 @@ impl Reactor {
                 });
             }
             Inbound::Begin { stream, begin } => {
-                if self.me.peer.is_none() && !self.ctx.cfg.allow_single_hop_exits {
-                    // As stock tor: no exit streams on a client's first hop
-                    // (BEGIN_DIR and RESOLVE are still served).
-                    debug!("refused BEGIN on the first hop of a client's circuit");
-                    self.ctx
-                        .stats
-                        .single_hop_begins_refused
-                        .fetch_add(1, Ordering::Relaxed);
-                    o.circ.stream_closed(stream);
-                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
-                } else {
-                    self.open_exit_stream(id, stream, exit::Request::Connect(begin));
-                }
+                self.exit_stream_unless_one_hop(id, stream, exit::Request::Connect(begin));
             }
             Inbound::ConnectUdp { stream, connect } => {
-                if self.me.peer.is_none() && !self.ctx.cfg.allow_single_hop_exits {
-                    // As for BEGIN: no exit streams on a client's first hop.
-                    self.ctx
-                        .stats
-                        .single_hop_begins_refused
-                        .fetch_add(1, Ordering::Relaxed);
-                    o.circ.stream_closed(stream);
-                    self.originate(id, RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
-                } else {
-                    self.open_exit_stream(id, stream, exit::Request::ConnectUdp(connect));
-                }
+                self.exit_stream_unless_one_hop(id, stream, exit::Request::ConnectUdp(connect));
             }
             Inbound::Datagram { stream, data } => {
                 // UDP: a full queue drops the datagram, the stream lives.
@@ -213,6 +191,25 @@ impl Reactor {
         if let Some(d) = circ_sendme {
             let m = Sendme::Authenticated(d).encode();
             self.originate(id, RelayCmd::SENDME, 0, &m);
+        }
+    }
+
+    /// Open an exit stream (BEGIN, CONNECT_UDP), unless the circuit's
+    /// previous hop is a client: as stock tor, no exit streams on a
+    /// client's first hop (BEGIN_DIR and RESOLVE are still served).
+    fn exit_stream_unless_one_hop(&mut self, id: u32, sid: u16, req: exit::Request) {
+        if self.me.peer.is_none() && !self.ctx.cfg.allow_single_hop_exits {
+            debug!("refused an exit stream on the first hop of a client's circuit");
+            self.ctx
+                .stats
+                .single_hop_begins_refused
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(o) = self.origins.get_mut(&id) {
+                o.circ.stream_closed(sid);
+            }
+            self.originate(id, RelayCmd::END, sid, &[end_reason::TORPROTOCOL]);
+        } else {
+            self.open_exit_stream(id, sid, req);
         }
     }
 
