@@ -13,10 +13,11 @@
 //! Bounds: [`MAX_DESTINATIONS`] streams per association, [`DEST_QUEUE`]
 //! datagrams waiting per destination while its stream opens (more are
 //! dropped), datagrams larger than one relay message are dropped (no
-//! fragmentation). The association ends with its TCP connection, or when
+//! fragmentation). The association ends with its TCP connection, when
 //! every destination it had failed or ended and none is left (so a
 //! one-destination association, the tunnel's, tells its application the
-//! destination is gone by closing).
+//! destination is gone by closing), or after [`ASSOCIATION_IDLE`] without
+//! a datagram.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub const DEST_QUEUE: usize = 16;
 const BACK_QUEUE: usize = 64;
 /// Largest datagram read from the application (header included).
 const MAX_READ: usize = 64 * 1024;
+/// An association with no datagram either way for this long is closed.
+pub const ASSOCIATION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
 struct Dest {
     host: TargetHost,
@@ -138,6 +141,7 @@ pub async fn associate(
                     let _ = tx.try_send(Bytes::copy_from_slice(payload));
                 }
             },
+            () = tokio::time::sleep(ASSOCIATION_IDLE) => break "idle",
             Some(b) = back_rx.recv() => match b {
                 Back::Datagram(i, data) => {
                     let (Some(d), Some(to)) = (dests.get(i), app) else { continue };
