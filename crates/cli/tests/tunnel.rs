@@ -8,8 +8,9 @@
 //!   an all-onionmix network (`onionmix-basic`) and over stock tor
 //!   (`tor-basic`, stock tor client and relays);
 //! - UDP: a round trip through the sink's UDP echo over onionmix exits
-//!   (CONNECT_UDP/DATAGRAM, docs/udp-over-tor.md); over stock tor the
-//!   policy (ICMP port unreachable, counted in the status file);
+//!   (CONNECT_UDP/DATAGRAM, docs/udp-over-tor.md); over stock tor (stock
+//!   client, or the onionmix client with stock exits only) the policy
+//!   (ICMP port unreachable, counted in the status file);
 //! - isolation, visible in circuit ids (the client's STREAM events on its
 //!   control port): per flow, every flow its own circuit; per app, one
 //!   circuit per uid; per destination, one for the host;
@@ -193,16 +194,30 @@ fn run(spec: &str, onionmix: bool) {
         "another uid, another circuit: {circs:?}"
     );
 
-    // UDP through the sink's echo (same port as its TCP echo).
+    udp_echo(socks, tmp.path(), &s, onionmix, &format!("omxudp{tag}"));
+    drop(net);
+}
+
+/// A datagram to the sink's UDP echo (same port as its TCP echo) from a
+/// long-running tunnel in front of `socks`: it comes back when `carried`
+/// (onionmix client and exits), else the policy refuses it at once (ICMP
+/// port unreachable, counted).
+fn udp_echo(
+    socks: SocketAddr,
+    dir: &Path,
+    s: &onionmix_testbed::netinfo::SinkInfo,
+    carried: bool,
+    name: &str,
+) {
     let echo = format!(
         "exec 3<>/dev/udp/{}/{}; printf onionmix-udp >&3; timeout 120 head -c 12 <&3",
         s.hostname,
         s.echo.port()
     );
-    let t = TunnelProc::start(socks, &format!("omxudp{tag}"), tmp.path(), &[]);
+    let t = TunnelProc::start(socks, name, dir, &[]);
     let out = t.run("bash", &["-c", &echo], Duration::from_secs(300));
     let status = t.status_json().unwrap_or_default();
-    if onionmix {
+    if carried {
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "onionmix-udp",
@@ -210,8 +225,9 @@ fn run(spec: &str, onionmix: bool) {
             String::from_utf8_lossy(&out.stderr)
         );
     } else {
-        // Stock tor: no UDP ASSOCIATE; the policy answers ICMP port
-        // unreachable, and the read fails at once (not after 120 s).
+        // Stock tor (no UDP ASSOCIATE) or no exit that carries UDP: the
+        // policy answers ICMP port unreachable, and the read fails at once
+        // (not after 120 s).
         assert!(!out.status.success(), "{out:?}");
         assert_ne!(out.status.code(), Some(124), "refused, not timed out");
     }
@@ -223,13 +239,12 @@ fn run(spec: &str, onionmix: bool) {
     let view = String::from_utf8_lossy(&view.stdout).to_string();
     assert!(view.contains("UDP:"), "{view}");
     assert!(t.stop().success());
-    let status: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(tmp.path().join(format!("omxudp{tag}.json"))).unwrap(),
-    )
-    .unwrap_or(status);
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap())
+            .unwrap_or(status);
     let cnt = &status["counters"];
     eprintln!("{view}");
-    if onionmix {
+    if carried {
         assert_eq!(cnt["udp_datagrams_to_app"], 1, "{status}");
     } else {
         assert_eq!(cnt["udp_flows_refused"], 1, "{status}");
@@ -239,7 +254,6 @@ fn run(spec: &str, onionmix: bool) {
         );
     }
     assert_eq!(status["running"], false, "the final status says stopped");
-    drop(net);
 }
 
 /// Fail closed: with the SOCKS port gone (as when the client is killed)
@@ -310,6 +324,30 @@ fn tunnel_over_onionmix() {
         return;
     }
     run("onionmix-basic", true);
+}
+
+/// The onionmix client on a stock tor network: UDP ASSOCIATE works, but
+/// no exit advertises Datagram=1, so no stock exit is ever asked; the
+/// flow gets the policy.
+#[test]
+fn tunnel_udp_onionmix_client_stock_exits() {
+    let check = tunnel_tools().and_then(|()| onionmix_testsupport::tor_check());
+    if !onionmix_testsupport::require_or_skip("tunnel_udp_onionmix_client_stock_exits", check) {
+        return;
+    }
+    let _s = common_net::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let net = common_net::start("tor-basic-onionmix-client", &tmp.path().join("net"));
+    let info = net.info().clone();
+    let s = info.sink.clone().expect("sink");
+    let (c, socks) = client(&info);
+    assert_eq!(
+        c.implementation,
+        onionmix_testbed::spec::Implementation::Onionmix
+    );
+    let name = format!("omxsx{}", std::process::id() % 10_000);
+    udp_echo(socks, tmp.path(), &s, false, &name);
+    drop(net);
 }
 
 #[test]

@@ -134,8 +134,10 @@ pub fn tunnel_packet(data: &[u8]) {
                     if let Some(r) = t.udp_from_exit(now, id, &rest[..rest.len().min(64)]) {
                         parse_ip(&r).expect("answers are well formed");
                     }
-                    if ev & 2 != 0 {
-                        t.udp_closed(now, id);
+                    if ev & 2 != 0
+                        && let Some(r) = t.udp_closed(now, id)
+                    {
+                        parse_ip(&r).expect("refusals are well formed");
                     }
                 } else if let Some(r) = t.udp_failed(now, id) {
                     parse_ip(&r).expect("refusals are well formed");

@@ -17,7 +17,7 @@ use crate::flows::{
 };
 use crate::mapping::{MappingConfig, MappingTable};
 use crate::packet::{self, Policy, Unreachable, Verdict, tcp_flags};
-use crate::udp::{UdpConfig, UdpKey, UdpStep, UdpTable};
+use crate::udp::{UdpConfig, UdpEnded, UdpKey, UdpStep, UdpTable};
 
 /// Everything configurable.
 #[derive(Debug, Clone, Default)]
@@ -385,11 +385,24 @@ impl Tunnel {
         packet::udp_packet(key.dst, key.src, payload, self.policy.hop_limit)
     }
 
-    /// UDP flow `id`'s stream ended: the flow is gone, or refused if it
-    /// never heard back ([`UdpTable::ended`]).
-    pub fn udp_closed(&mut self, now: Instant, id: u64) {
-        if let Some(k) = self.udp.ended(now, id, &mut self.counters) {
-            self.release_udp(now, k);
+    /// UDP flow `id`'s stream ended: the flow is gone; or, if it never
+    /// heard back, refused ([`UdpTable::ended`]), and the packet answering
+    /// its first datagram per the policy comes back (ICMP port
+    /// unreachable), so the application learns at once.
+    pub fn udp_closed(&mut self, now: Instant, id: u64) -> Option<Vec<u8>> {
+        match self.udp.ended(now, id, &mut self.counters) {
+            UdpEnded::Removed(k) => {
+                self.release_udp(now, k);
+                None
+            }
+            UdpEnded::Refused(first) => {
+                let r = packet::udp_fallback(&self.policy, &mut self.counters, &first);
+                if r.is_none() {
+                    self.counters.drop(DropReason::Udp);
+                }
+                r
+            }
+            UdpEnded::Gone => None,
         }
     }
 

@@ -73,7 +73,8 @@ struct UdpFlow {
     target: Target,
     state: UdpState,
     pending: VecDeque<Vec<u8>>,
-    /// The first datagram's packet, quoted in an ICMP error if refused.
+    /// The first datagram's packet, quoted in an ICMP error if refused
+    /// (kept until the exit answers).
     first_packet: Vec<u8>,
     /// A datagram came back from the exit.
     replied: bool,
@@ -105,6 +106,17 @@ pub enum UdpStep {
     Refused,
     /// Nothing (held or dropped, counted).
     None,
+}
+
+/// What became of a flow whose stream ended ([`UdpTable::ended`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UdpEnded {
+    /// Removed (it had an answer): its key.
+    Removed(UdpKey),
+    /// Refused from now on: its first packet, to answer per the policy.
+    Refused(Vec<u8>),
+    /// No such flow.
+    Gone,
 }
 
 /// The UDP flow table.
@@ -250,7 +262,6 @@ impl UdpTable {
         }
         f.state = UdpState::Open;
         f.last = now;
-        f.first_packet = Vec::new();
         let out: Vec<Vec<u8>> = f.pending.drain(..).collect();
         for p in &out {
             counters::inc(&mut c.udp_datagrams_to_exit);
@@ -290,6 +301,7 @@ impl UdpTable {
         }
         f.last = now;
         f.replied = true;
+        f.first_packet = Vec::new();
         counters::inc(&mut c.udp_datagrams_to_app);
         counters::add(&mut c.udp_bytes_to_app, len);
         Some(f.key)
@@ -298,18 +310,23 @@ impl UdpTable {
     /// Flow `id`'s stream ended. One that never heard back from the exit
     /// is taken as refused (no exit could carry it, or its target
     /// answered port unreachable): it stays, and its datagrams get the
-    /// fallback until it has been idle for [`UdpConfig::idle`]. Any other
-    /// is removed: its key.
-    pub fn ended(&mut self, now: Instant, id: u64, c: &mut Counters) -> Option<UdpKey> {
-        let f = self.flows.get_mut(&id)?;
+    /// fallback until it has been idle for [`UdpConfig::idle`]; its first
+    /// packet comes back for the fallback's answer. Any other is removed.
+    pub fn ended(&mut self, now: Instant, id: u64, c: &mut Counters) -> UdpEnded {
+        let Some(f) = self.flows.get_mut(&id) else {
+            return UdpEnded::Gone;
+        };
         if !f.replied && f.state != UdpState::Refused {
             f.state = UdpState::Refused;
             f.last = now;
             f.pending.clear();
             counters::inc(&mut c.udp_flows_refused);
-            return None;
+            return UdpEnded::Refused(std::mem::take(&mut f.first_packet));
         }
-        self.close(id)
+        match self.close(id) {
+            Some(k) => UdpEnded::Removed(k),
+            None => UdpEnded::Gone,
+        }
     }
 
     /// Remove flow `id`: its key.

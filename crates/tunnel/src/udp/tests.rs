@@ -88,15 +88,24 @@ fn datagrams_wait_for_the_stream_then_flow_both_ways() {
     assert_eq!((c.udp_datagrams_to_app, c.udp_bytes_to_app), (1, 3));
     assert_eq!(t.open_count(), 1);
     // It heard back: its end removes it.
-    assert_eq!(t.ended(now, id, &mut c), Some(key(1000)));
+    assert_eq!(t.ended(now, id, &mut c), UdpEnded::Removed(key(1000)));
     assert!(t.is_empty());
     // A flow whose stream ends without a reply is taken as refused.
     let UdpStep::Open { id, .. } = open(&mut t, now, key(2000), Isolation::PerFlow, &mut c) else {
         panic!()
     };
     let _ = t.opened(now, id, &mut c);
-    assert_eq!(t.ended(now, id, &mut c), None);
-    assert_eq!(c.udp_flows_refused, 1);
+    assert_eq!(
+        t.ended(now, id, &mut c),
+        UdpEnded::Refused(b"packet".to_vec())
+    );
+    assert_eq!(t.ended(now, id, &mut c), UdpEnded::Removed(key(2000)));
+    let UdpStep::Open { id, .. } = open(&mut t, now, key(2000), Isolation::PerFlow, &mut c) else {
+        panic!()
+    };
+    let _ = t.opened(now, id, &mut c);
+    assert!(matches!(t.ended(now, id, &mut c), UdpEnded::Refused(_)));
+    assert_eq!(c.udp_flows_refused, 2);
     let s = again(&mut t, now, key(2000), Isolation::PerFlow, b"x", &mut c);
     assert_eq!(s, UdpStep::Refused);
 }

@@ -562,7 +562,9 @@ impl Driver<'_> {
                 if let Some(mut u) = self.udp.remove(&id) {
                     u.stop();
                 }
-                self.core.udp_closed(now, id);
+                if let Some(r) = self.core.udp_closed(now, id) {
+                    self.write(&r).await?;
+                }
             }
         }
         Ok(())
