@@ -13,7 +13,11 @@ use crate::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN, Reader};
 pub mod conflux;
 mod flow;
 pub use conflux::{ConfluxLink, Nonce};
+mod resolved;
+pub mod udp;
 pub use flow::{Sendme, Xon, encode_xoff, parse_xoff};
+pub use resolved::{ResolvedAnswer, encode_resolved, parse_resolved};
+pub use udp::{ConnectUdp, ConnectedUdp};
 
 /// Offset of the Data field in a relay cell body.
 pub const DATA_OFFSET: usize = 11;
@@ -61,6 +65,12 @@ impl RelayCmd {
     pub const CONFLUX_LINKED_ACK: RelayCmd = RelayCmd(21);
     /// CONFLUX_SWITCH.
     pub const CONFLUX_SWITCH: RelayCmd = RelayCmd(22);
+    /// CONNECT_UDP (proposal 339; tor-spec reserves 16-18 for UDP).
+    pub const CONNECT_UDP: RelayCmd = RelayCmd(16);
+    /// CONNECTED_UDP (proposal 339).
+    pub const CONNECTED_UDP: RelayCmd = RelayCmd(17);
+    /// DATAGRAM (proposal 339): one UDP datagram.
+    pub const DATAGRAM: RelayCmd = RelayCmd(18);
     /// XOFF (prop 324; tor's `RELAY_COMMAND_XOFF` is 43).
     pub const XOFF: RelayCmd = RelayCmd(43);
     /// XON (prop 324; `RELAY_COMMAND_XON` is 44).
@@ -88,6 +98,9 @@ impl RelayCmd {
             20 => "CONFLUX_LINKED",
             21 => "CONFLUX_LINKED_ACK",
             22 => "CONFLUX_SWITCH",
+            16 => "CONNECT_UDP",
+            17 => "CONNECTED_UDP",
+            18 => "DATAGRAM",
             32 => "ESTABLISH_INTRO",
             33 => "ESTABLISH_RENDEZVOUS",
             34 => "INTRODUCE1",
@@ -102,9 +115,11 @@ impl RelayCmd {
             _ => "UNKNOWN",
         }
     }
-    /// Whether this command counts against circuit/stream flow-control windows.
+    /// Whether this command counts against circuit flow-control windows
+    /// (DATA also against stream windows; DATAGRAM only against the
+    /// circuit's, as proposal 339 asks).
     pub fn counts_for_flow_control(self) -> bool {
-        self == RelayCmd::DATA
+        self == RelayCmd::DATA || self == RelayCmd::DATAGRAM
     }
 }
 
@@ -633,72 +648,6 @@ impl Extend2 {
     }
 }
 
-/// One answer in a RESOLVED message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResolvedAnswer {
-    /// A hostname (reverse lookups).
-    Hostname(String, u32),
-    /// An address.
-    Ip(IpAddr, u32),
-    /// Transient error.
-    TransientError,
-    /// Permanent error.
-    NontransientError,
-}
-
-/// Encode a RESOLVED body.
-pub fn encode_resolved(answers: &[ResolvedAnswer]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for a in answers {
-        let (t, v, ttl): (u8, Vec<u8>, u32) = match a {
-            ResolvedAnswer::Hostname(h, ttl) => {
-                (0, h.as_bytes()[..h.len().min(255)].to_vec(), *ttl)
-            }
-            ResolvedAnswer::Ip(IpAddr::V4(a), ttl) => (4, a.octets().to_vec(), *ttl),
-            ResolvedAnswer::Ip(IpAddr::V6(a), ttl) => (6, a.octets().to_vec(), *ttl),
-            ResolvedAnswer::TransientError => (0xF0, b"Error resolving hostname".to_vec(), 0),
-            ResolvedAnswer::NontransientError => (0xF1, b"Error resolving hostname".to_vec(), 0),
-        };
-        if out.len() + 2 + v.len() + 4 > RELAY_DATA_LEN {
-            break;
-        }
-        out.push(t);
-        out.push(v.len() as u8);
-        out.extend_from_slice(&v);
-        out.extend_from_slice(&ttl.to_be_bytes());
-    }
-    out
-}
-
-/// Parse a RESOLVED body.
-pub fn parse_resolved(d: &[u8]) -> Result<Vec<ResolvedAnswer>, CellError> {
-    let mut r = Reader::new(d);
-    let mut out = Vec::new();
-    while r.remaining() > 0 {
-        let t = r.u8("answer type")?;
-        let len = r.u8("answer len")? as usize;
-        let v = r.take(len, "answer value")?;
-        let ttl = r.u32("answer ttl")?;
-        out.push(match (t, len) {
-            (0, _) => ResolvedAnswer::Hostname(
-                String::from_utf8(v.to_vec())
-                    .map_err(|_| CellError::invalid("RESOLVED", "hostname not UTF-8"))?,
-                ttl,
-            ),
-            (4, 4) => ResolvedAnswer::Ip(IpAddr::V4(Ipv4Addr::new(v[0], v[1], v[2], v[3])), ttl),
-            (6, 16) => {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(v);
-                ResolvedAnswer::Ip(IpAddr::V6(Ipv6Addr::from(a)), ttl)
-            }
-            (0xF0, _) => ResolvedAnswer::TransientError,
-            (0xF1, _) => ResolvedAnswer::NontransientError,
-            _ => continue,
-        });
-    }
-    Ok(out)
-}
-
 /// A decoded relay message (DATA borrows from the cell).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelayMsg<'a> {
@@ -740,6 +689,12 @@ pub enum RelayMsg<'a> {
     ConfluxLinkedAck,
     /// CONFLUX_SWITCH with the relative sequence number.
     ConfluxSwitch(u32),
+    /// CONNECT_UDP (proposal 339).
+    ConnectUdp(ConnectUdp),
+    /// CONNECTED_UDP (proposal 339).
+    ConnectedUdp(ConnectedUdp),
+    /// DATAGRAM: one UDP datagram (proposal 339).
+    Datagram(&'a [u8]),
     /// Anything else (ignored, but counted for digests).
     Unknown(RelayCmd, &'a [u8]),
 }
@@ -783,6 +738,9 @@ impl<'a> RelayMsg<'a> {
             RelayCmd::CONFLUX_LINKED => RelayMsg::ConfluxLinked(ConfluxLink::parse(d)?),
             RelayCmd::CONFLUX_LINKED_ACK => RelayMsg::ConfluxLinkedAck,
             RelayCmd::CONFLUX_SWITCH => RelayMsg::ConfluxSwitch(conflux::parse_switch(d)?),
+            RelayCmd::CONNECT_UDP => RelayMsg::ConnectUdp(ConnectUdp::parse(d)?),
+            RelayCmd::CONNECTED_UDP => RelayMsg::ConnectedUdp(ConnectedUdp::parse(d)?),
+            RelayCmd::DATAGRAM => RelayMsg::Datagram(d),
             c => RelayMsg::Unknown(c, d),
         };
         Ok(msg)
@@ -810,6 +768,9 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::ConfluxLinked(_) => RelayCmd::CONFLUX_LINKED,
             RelayMsg::ConfluxLinkedAck => RelayCmd::CONFLUX_LINKED_ACK,
             RelayMsg::ConfluxSwitch(_) => RelayCmd::CONFLUX_SWITCH,
+            RelayMsg::ConnectUdp(_) => RelayCmd::CONNECT_UDP,
+            RelayMsg::ConnectedUdp(_) => RelayCmd::CONNECTED_UDP,
+            RelayMsg::Datagram(_) => RelayCmd::DATAGRAM,
             RelayMsg::Unknown(c, _) => *c,
         }
     }
@@ -838,6 +799,9 @@ impl<'a> RelayMsg<'a> {
             RelayMsg::ConfluxLink(l) | RelayMsg::ConfluxLinked(l) => l.encode(),
             RelayMsg::ConfluxLinkedAck => Vec::new(),
             RelayMsg::ConfluxSwitch(s) => conflux::encode_switch(*s).to_vec(),
+            RelayMsg::ConnectUdp(c) => c.encode()?,
+            RelayMsg::ConnectedUdp(c) => c.encode(),
+            RelayMsg::Datagram(d) => d.to_vec(),
             RelayMsg::Unknown(_, d) => d.to_vec(),
         })
     }

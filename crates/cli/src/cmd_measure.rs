@@ -245,6 +245,8 @@ fn endpoint(
             },
         }),
         onion: onion.map(|(_, t)| t),
+        tunnel: None,
+        cpu: vec![("client".into(), c.pid)],
     })
 }
 
@@ -320,11 +322,22 @@ fn finish(out: &Path, records: &[Record], metas: &[RunMeta]) -> anyhow::Result<(
 pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     let cfg = workload_config(&a.workload, a.runs, a.duration)?;
     let info = NetworkInfo::load(&a.dir).map_err(anyhow::Error::msg)?;
+    let special = cfg.hops.is_some() || cfg.paths.iter().any(|p| p != "socks");
+    if special && a.client.as_deref() == Some("all") {
+        anyhow::bail!("hops and the tunnel path measure one client: name it with --client");
+    }
+    let mut _tunnel = None;
     let eps: Vec<Endpoint> = if a.client.as_deref() == Some("all") {
         info.clients(None)
             .iter()
             .map(|c| endpoint(&info, Some(&c.name), &cfg))
             .collect::<anyhow::Result<_>>()?
+    } else if special {
+        let base = endpoint(&info, a.client.as_deref(), &cfg)?;
+        let pid = base.cpu.first().map_or(0, |(_, p)| *p);
+        let (eps, t) = crate::measure_paths::endpoints(&cfg, base, &info, pid)?;
+        _tunnel = t;
+        eps
     } else {
         vec![endpoint(&info, a.client.as_deref(), &cfg)?]
     };
@@ -333,7 +346,10 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     }
     check_endpoints(&cfg, &eps)?;
     let concurrent = a.concurrent || cfg.workload == "reliability";
-    let records = run_all(&cfg, &eps, concurrent, &eps[0].label)?;
+    let records = crate::measure_paths::with_pinned(&cfg, &info, eps[0].control.as_ref(), || {
+        run_all(&cfg, &eps, concurrent, &eps[0].label)
+    })?;
+    drop(_tunnel);
     let m = meta(&cfg, vec![info.spec.clone()]);
     finish(&a.out, &records, &[m])
 }
@@ -373,7 +389,11 @@ fn run_all(
         // Stock tor clients: circuit build times from CIRC events.
         let mut watches = Vec::new();
         // (onionmix clients report theirs in status.json.)
-        for ep in eps.iter().filter(|e| e.status_json.is_none()) {
+        // (A tunnel series shares its client's: not watched twice.)
+        for ep in eps
+            .iter()
+            .filter(|e| e.status_json.is_none() && e.tunnel.is_none())
+        {
             if let Some((addr, cookie)) = &ep.control {
                 match onionmix_testbed::torctl::watch_circuits(
                     *addr,
@@ -430,6 +450,9 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         anyhow::bail!("give --spec at least twice (the networks to compare)");
     }
     let cfg = workload_config(&a.workload, Some(a.runs), a.duration)?;
+    if cfg.hops.is_some() || cfg.paths.iter().any(|p| p != "socks") {
+        anyhow::bail!("hops and the tunnel path are for `onionmix measure` (one running network)");
+    }
     let mut guards = Vec::new();
     let mut eps = Vec::new();
     let opts = LaunchOptions::new(std::env::current_exe()?);

@@ -14,6 +14,7 @@ mod cmd_relay;
 mod cmd_testnet;
 mod cmd_tunnel;
 mod logging;
+mod measure_paths;
 
 /// onionmix: anonymity networks you can run, measure and build on.
 ///

@@ -307,3 +307,117 @@ pub async fn echo_verified(proxy: SocketAddr, echo: SocketAddr, n: usize) {
     let _wr = writer.await.unwrap();
     assert_eq!(Sha256::digest(&got), want, "echo of {n} bytes differs");
 }
+
+/// What the tunnel tests need: root, `ip`, `curl`, `bash` (and `setpriv`
+/// from util-linux for per-app isolation).
+pub fn tunnel_tools() -> Result<(), String> {
+    onionmix_testsupport::root_and_tools_check(
+        &["ip", "curl", "bash", "setpriv"],
+        "apt-get install iproute2 curl bash util-linux",
+    )
+}
+
+/// A long-running `onionmix tunnel` (no `--exec`) in namespace `name`,
+/// with its status file; killed (SIGKILL) on drop if still running.
+pub struct TunnelProc {
+    /// The process.
+    pub child: std::process::Child,
+    /// The namespace's name.
+    pub name: String,
+    /// Its status file.
+    pub status: std::path::PathBuf,
+}
+
+impl TunnelProc {
+    /// Start `onionmix tunnel --socks socks --namespace name --status-file
+    /// dir/<name>.json [extra...]` and wait (up to 120 s) until its
+    /// namespace is up (the status file exists).
+    pub fn start(socks: SocketAddr, name: &str, dir: &Path, extra: &[&str]) -> TunnelProc {
+        let status = dir.join(format!("{name}.json"));
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_onionmix"))
+            .args(["tunnel", "--socks", &socks.to_string(), "--namespace", name])
+            .arg("--status-file")
+            .arg(&status)
+            .args(extra)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start onionmix tunnel");
+        let t = TunnelProc {
+            child,
+            name: name.to_string(),
+            status,
+        };
+        wait_for(
+            "the tunnel's status file",
+            Duration::from_secs(120),
+            Duration::from_millis(100),
+            || t.status_json(),
+        );
+        t
+    }
+
+    /// The status file's JSON, once it is there.
+    pub fn status_json(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.status).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Run `program args` inside the namespace; its output (killed after
+    /// `limit`).
+    pub fn run(&self, program: &str, args: &[&str], limit: Duration) -> std::process::Output {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.name, program])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("ip netns exec");
+        let pid = child.id();
+        let watchdog = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while t0.elapsed() < limit {
+                std::thread::sleep(Duration::from_millis(200));
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    return;
+                }
+            }
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        });
+        let out = child.wait_with_output().expect("wait");
+        let _ = watchdog.join();
+        out
+    }
+
+    /// Stop it with SIGTERM (a clean shutdown) and wait; its exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the tunnel did not stop within 60 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for TunnelProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            // SIGKILL leaves the namespace behind.
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.name])
+                .status();
+        }
+    }
+}

@@ -314,6 +314,7 @@ async fn optimistic_data_is_resent_when_the_stream_is_retried() {
         optimistic_data: true,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     };
     let good = net.hops.clone();
@@ -401,6 +402,7 @@ async fn hung_hop_times_out_at_the_learned_bound() {
         optimistic_data: true,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     };
     let good = net.hops.clone();

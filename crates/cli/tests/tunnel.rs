@@ -1,39 +1,39 @@
-//! `onionmix tunnel --net <dir> --exec curl ...` end to end: curl runs in a
-//! fresh network namespace whose only interfaces are `lo` and the tunnel's
-//! TUN device (nothing else can carry a packet out), resolves the sink's
-//! name (`sink.onionmix.test`, which only the network's exits can resolve)
-//! through the tunnel's resolver (a synthetic address), and downloads
-//! 1 MiB and 20 MiB through a Tor network; the SHA-256 of each body is
-//! checked against the sink's deterministic stream. Over an all-onionmix
-//! network (`onionmix-basic`) and over stock tor (`tor-basic`, stock tor
-//! client and relays). Needs root, `ip` and `curl` (and `tor` for the
-//! second); skipped otherwise, failing when ONIONMIX_REQUIRE_INTEROP=1.
+//! `onionmix tunnel` end to end over private Tor networks on loopback:
+//! programs run in a fresh network namespace whose only interfaces are
+//! `lo` and the tunnel's TUN device.
+//!
+//! - `--exec curl`: the sink's name (`sink.onionmix.test`, which only the
+//!   network's exits can resolve) through the tunnel's resolver (a
+//!   synthetic address), 1 MiB and 20 MiB with the SHA-256 checked, over
+//!   an all-onionmix network (`onionmix-basic`) and over stock tor
+//!   (`tor-basic`, stock tor client and relays);
+//! - UDP: a round trip through the sink's UDP echo over onionmix exits
+//!   (CONNECT_UDP/DATAGRAM, docs/udp-over-tor.md); over stock tor (stock
+//!   client, or the onionmix client with stock exits only) the policy
+//!   (ICMP port unreachable, counted in the status file);
+//! - isolation, visible in circuit ids (the client's STREAM events on its
+//!   control port): per flow, every flow its own circuit; per app, one
+//!   circuit per uid; per destination, one for the host;
+//! - a long-running tunnel (no `--exec`) with its status file and view, and
+//!   a clean SIGTERM shutdown;
+//! - fail closed with a dead SOCKS port.
+//!
+//! Needs root, `ip`, `curl`, `bash`, `setpriv` (and `tor` for stock tor);
+//! skipped otherwise, failing when ONIONMIX_REQUIRE_INTEROP=1. The leak
+//! tests (packet capture) are in `tunnel_leaks.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
 
+use common_net::{TunnelProc, tunnel_tools};
+use onionmix_testbed::netinfo::{NetworkInfo, NodeInfo};
 use onionmix_testbed::sink;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-
-fn tools() -> Result<(), String> {
-    if !onionmix_node::tunnel::is_root() {
-        return Err("needs root (network namespace, TUN device)".into());
-    }
-    for p in ["ip", "curl"] {
-        if Command::new(p)
-            .arg("-V")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_err()
-        {
-            return Err(format!("{p} missing: apt-get install iproute2 curl"));
-        }
-    }
-    Ok(())
-}
+use std::time::Duration;
 
 fn curl_through_tunnel(dir: &Path, host: &str, port: u16, n: u64, out: &Path) {
     let url = format!("http://{host}:{port}/bytes/{n}");
@@ -64,7 +64,74 @@ fn curl_through_tunnel(dir: &Path, host: &str, port: u16, n: u64, out: &Path) {
     );
 }
 
-fn run(spec: &str) {
+/// The client the tunnel uses (as `--net` picks it) and its SOCKS port.
+fn client(info: &NetworkInfo) -> (NodeInfo, SocketAddr) {
+    let ours = info.clients(Some(onionmix_testbed::spec::Implementation::Onionmix));
+    let any = info.clients(None);
+    let c = (*ours.first().or(any.first()).expect("a client")).clone();
+    let socks = c.socks_addr().expect("socks");
+    (c, socks)
+}
+
+/// Run `script` (bash) in a tunnel with `extra` options while watching the
+/// client's STREAM events; the circuit id of every stream to `port` that
+/// succeeded, in order, with the tunnel's final status.
+fn streams_to(
+    c: &NodeInfo,
+    socks: SocketAddr,
+    dir: &Path,
+    name: &str,
+    extra: &[&str],
+    script: &str,
+    port: u16,
+) -> (Vec<String>, serde_json::Value) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ctl = SocketAddr::new(
+        c.address.parse().unwrap(),
+        c.control_port.expect("control port"),
+    );
+    let cookie = c.data_dir.join("control_auth_cookie");
+    let watch = rt
+        .block_on(onionmix_testbed::torctl::watch_events(
+            ctl,
+            &cookie,
+            "STREAM",
+            Duration::from_secs(60),
+        ))
+        .expect("STREAM events");
+    let t = TunnelProc::start(socks, name, dir, extra);
+    let out = t.run("bash", &["-c", script], Duration::from_secs(600));
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = t.stop();
+    assert!(st.success(), "tunnel stop: {st}");
+    let lines = rt.block_on(watch.finish());
+    // 650 STREAM <id> SUCCEEDED <circ> <target> ...
+    let circs = lines
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.get(1) == Some(&"STREAM")
+                && w.get(3) == Some(&"SUCCEEDED")
+                && w.get(5).is_some_and(|t| t.ends_with(&format!(":{port}"))))
+            .then(|| w.get(4).map(|c| c.to_string()))
+            .flatten()
+        })
+        .collect();
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap())
+            .unwrap();
+    (circs, status)
+}
+
+fn distinct(v: &[String]) -> usize {
+    v.iter().collect::<BTreeSet<_>>().len()
+}
+
+fn run(spec: &str, onionmix: bool) {
     let _s = common_net::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("net");
@@ -80,7 +147,113 @@ fn run(spec: &str) {
             &tmp.path().join("body"),
         );
     }
+    let (c, socks) = client(&info);
+    let url = format!("http://{}:{}/bytes/1000", s.hostname, s.http.port());
+    let curl = format!("curl -sS --max-time 240 -o /dev/null {url}");
+    let tag = std::process::id() % 10_000;
+
+    // Per flow: three flows, three circuits.
+    let (circs, _) = streams_to(
+        &c,
+        socks,
+        tmp.path(),
+        &format!("omxiso{tag}f"),
+        &["--isolation", "flow"],
+        &format!("{curl} && {curl} && {curl}"),
+        s.http.port(),
+    );
+    assert_eq!(circs.len(), 3, "{circs:?}");
+    assert_eq!(distinct(&circs), 3, "per-flow isolation: {circs:?}");
+    // Per destination: one circuit for the host.
+    let (circs, _) = streams_to(
+        &c,
+        socks,
+        tmp.path(),
+        &format!("omxiso{tag}d"),
+        &[],
+        &format!("{curl} && {curl}"),
+        s.http.port(),
+    );
+    assert_eq!(circs.len(), 2, "{circs:?}");
+    assert_eq!(distinct(&circs), 1, "per-destination isolation: {circs:?}");
+    // Per app (uid): root twice shares, nobody gets its own.
+    let nobody = format!("setpriv --reuid=65534 --regid=65534 --clear-groups {curl}");
+    let (circs, _) = streams_to(
+        &c,
+        socks,
+        tmp.path(),
+        &format!("omxiso{tag}a"),
+        &["--isolation", "app"],
+        &format!("{curl} && {curl} && {nobody}"),
+        s.http.port(),
+    );
+    assert_eq!(circs.len(), 3, "{circs:?}");
+    assert_eq!(circs[0], circs[1], "one app, one circuit: {circs:?}");
+    assert_ne!(
+        circs[1], circs[2],
+        "another uid, another circuit: {circs:?}"
+    );
+
+    udp_echo(socks, tmp.path(), &s, onionmix, &format!("omxudp{tag}"));
     drop(net);
+}
+
+/// A datagram to the sink's UDP echo (same port as its TCP echo) from a
+/// long-running tunnel in front of `socks`: it comes back when `carried`
+/// (onionmix client and exits), else the policy refuses it at once (ICMP
+/// port unreachable, counted).
+fn udp_echo(
+    socks: SocketAddr,
+    dir: &Path,
+    s: &onionmix_testbed::netinfo::SinkInfo,
+    carried: bool,
+    name: &str,
+) {
+    let echo = format!(
+        "exec 3<>/dev/udp/{}/{}; printf onionmix-udp >&3; timeout 120 head -c 12 <&3",
+        s.hostname,
+        s.echo.port()
+    );
+    let t = TunnelProc::start(socks, name, dir, &[]);
+    let out = t.run("bash", &["-c", &echo], Duration::from_secs(300));
+    let status = t.status_json().unwrap_or_default();
+    if carried {
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "onionmix-udp",
+            "UDP echo: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        // Stock tor (no UDP ASSOCIATE) or no exit that carries UDP: the
+        // policy answers ICMP port unreachable, and the read fails at once
+        // (not after 120 s).
+        assert!(!out.status.success(), "{out:?}");
+        assert_ne!(out.status.code(), Some(124), "refused, not timed out");
+    }
+    let view = Command::new(env!("CARGO_BIN_EXE_onionmix"))
+        .args(["tunnel", "status"])
+        .arg(&t.status)
+        .output()
+        .unwrap();
+    let view = String::from_utf8_lossy(&view.stdout).to_string();
+    assert!(view.contains("UDP:"), "{view}");
+    assert!(t.stop().success());
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap())
+            .unwrap_or(status);
+    let cnt = &status["counters"];
+    eprintln!("{view}");
+    if carried {
+        assert_eq!(cnt["udp_datagrams_to_app"], 1, "{status}");
+    } else {
+        assert_eq!(cnt["udp_flows_refused"], 1, "{status}");
+        assert!(
+            cnt["icmp_unreachable"].as_u64().unwrap_or(0) >= 1,
+            "{status}"
+        );
+    }
+    assert_eq!(status["running"], false, "the final status says stopped");
 }
 
 /// Fail closed: with the SOCKS port gone (as when the client is killed)
@@ -91,7 +264,10 @@ fn run(spec: &str) {
 /// passed on.
 #[test]
 fn tunnel_fails_closed_without_a_client() {
-    if !onionmix_testsupport::require_or_skip("tunnel_fails_closed_without_a_client", tools()) {
+    if !onionmix_testsupport::require_or_skip(
+        "tunnel_fails_closed_without_a_client",
+        tunnel_tools(),
+    ) {
         return;
     }
     // A port nobody listens on stands for the killed client's SOCKS port.
@@ -143,18 +319,42 @@ fn tunnel_fails_closed_without_a_client() {
 }
 
 #[test]
-fn tunnel_exec_curl_over_onionmix() {
-    if !onionmix_testsupport::require_or_skip("tunnel_exec_curl_over_onionmix", tools()) {
+fn tunnel_over_onionmix() {
+    if !onionmix_testsupport::require_or_skip("tunnel_over_onionmix", tunnel_tools()) {
         return;
     }
-    run("onionmix-basic");
+    run("onionmix-basic", true);
+}
+
+/// The onionmix client on a stock tor network: UDP ASSOCIATE works, but
+/// no exit advertises Datagram=1, so no stock exit is ever asked; the
+/// flow gets the policy.
+#[test]
+fn tunnel_udp_onionmix_client_stock_exits() {
+    let check = tunnel_tools().and_then(|()| onionmix_testsupport::tor_check());
+    if !onionmix_testsupport::require_or_skip("tunnel_udp_onionmix_client_stock_exits", check) {
+        return;
+    }
+    let _s = common_net::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let net = common_net::start("tor-basic-onionmix-client", &tmp.path().join("net"));
+    let info = net.info().clone();
+    let s = info.sink.clone().expect("sink");
+    let (c, socks) = client(&info);
+    assert_eq!(
+        c.implementation,
+        onionmix_testbed::spec::Implementation::Onionmix
+    );
+    let name = format!("omxsx{}", std::process::id() % 10_000);
+    udp_echo(socks, tmp.path(), &s, false, &name);
+    drop(net);
 }
 
 #[test]
-fn tunnel_exec_curl_over_stock_tor() {
-    let check = tools().and_then(|()| onionmix_testsupport::tor_check());
-    if !onionmix_testsupport::require_or_skip("tunnel_exec_curl_over_stock_tor", check) {
+fn tunnel_over_stock_tor() {
+    let check = tunnel_tools().and_then(|()| onionmix_testsupport::tor_check());
+    if !onionmix_testsupport::require_or_skip("tunnel_over_stock_tor", check) {
         return;
     }
-    run("tor-basic");
+    run("tor-basic", false);
 }

@@ -17,7 +17,10 @@
 //!   launcher-facing API to start, query and stop it.
 //! - [`status`]: the counters file format and its table rendering.
 //! - [`probe`]: small measurement programs (TCP echo/RTT, UDP loss, TCP bulk).
+//! - [`capture`]: packet capture on every interface of a namespace
+//!   (`AF_PACKET`), for leak tests.
 
+pub mod capture;
 pub mod engine;
 pub mod netns;
 pub mod packet;

@@ -183,21 +183,28 @@ pub fn connect_from(
     timeout: Duration,
     done: impl FnOnce(io::Result<std::net::TcpStream>) + Send + 'static,
 ) -> io::Result<()> {
+    run_in(ns, move || {
+        done(std::net::TcpStream::connect_timeout(&addr, timeout));
+    })
+    .map(|_| ())
+}
+
+/// Run `f` on a thread made for it inside namespace `ns` (sockets it opens
+/// belong to `ns`); its handle. `f` does not run if entering fails.
+pub fn run_in<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<io::Result<T>>> {
     if ns.is_empty() || ns.len() > 64 || ns.contains('/') || ns.starts_with('.') {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("bad namespace name `{ns}`"),
         ));
     }
-    let f = File::open(Path::new("/run/netns").join(ns))?;
+    let file = File::open(Path::new("/run/netns").join(ns))?;
     std::thread::Builder::new()
-        .name("netns-connect".into())
-        .spawn(move || {
-            let r = sys::setns_net(&f)
-                .and_then(|()| std::net::TcpStream::connect_timeout(&addr, timeout));
-            done(r);
-        })?;
-    Ok(())
+        .name("netns".into())
+        .spawn(move || sys::setns_net(&file).map(|()| f()))
 }
 
 /// A command that runs `program` inside namespace `ns` (`ip netns exec`).

@@ -231,3 +231,128 @@ pub fn setns_net(ns: &File) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// An `AF_PACKET`/`SOCK_DGRAM` socket for every protocol (`ETH_P_ALL`) on
+/// every interface of the calling thread's network namespace, non-blocking
+/// and close-on-exec, keeping only the first `snaplen` bytes of each
+/// packet's network layer (a one-instruction classic BPF filter returns
+/// that length), with a receive buffer of `rcvbuf` bytes.
+pub fn packet_socket(snaplen: u32, rcvbuf: usize) -> io::Result<File> {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: socket takes plain integers.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::c_int::from(proto),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a descriptor we just opened and own from here on.
+    let f = unsafe { File::from_raw_fd(fd) };
+    let mut insn = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: snaplen,
+    }];
+    let prog = libc::sock_fprog {
+        len: 1,
+        filter: insn.as_mut_ptr(),
+    };
+    // SAFETY: SO_ATTACH_FILTER reads a sock_fprog whose `filter` points to
+    // `len` instructions; both live across the call (the kernel copies them).
+    let rc = unsafe {
+        libc::setsockopt(
+            f.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    force_socket_buffers(f.as_raw_fd(), rcvbuf);
+    Ok(f)
+}
+
+/// One packet read from a [`packet_socket`].
+pub struct PacketMeta {
+    /// Bytes read (at most the buffer and the snap length).
+    pub len: usize,
+    /// Interface index.
+    pub ifindex: i32,
+    /// `PACKET_OUTGOING` (sent by this host) or not.
+    pub outgoing: bool,
+    /// The link-layer protocol (ethertype, host order).
+    pub protocol: u16,
+}
+
+/// Read one packet (non-blocking: `WouldBlock` when none is queued).
+pub fn recv_packet(f: &File, buf: &mut [u8]) -> io::Result<PacketMeta> {
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    let mut alen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: buf is exclusively borrowed for its length; sll and alen are
+    // locals that outlive the call and alen holds sll's size.
+    let n = unsafe {
+        libc::recvfrom(
+            f.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            0,
+            &mut sll as *mut libc::sockaddr_ll as *mut libc::sockaddr,
+            &mut alen,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PacketMeta {
+        len: usize::try_from(n).unwrap_or(0).min(buf.len()),
+        ifindex: sll.sll_ifindex,
+        outgoing: sll.sll_pkttype == libc::PACKET_OUTGOING,
+        protocol: u16::from_be(sll.sll_protocol),
+    })
+}
+
+/// Packets the kernel dropped on a [`packet_socket`] because its buffer
+/// was full, since the last call (`PACKET_STATISTICS` resets them).
+pub fn packet_drops(f: &File) -> io::Result<u64> {
+    // SAFETY: tpacket_stats is plain data; all-zero is a valid value.
+    let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `st`, a local.
+    let rc = unsafe {
+        libc::getsockopt(
+            f.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            &mut st as *mut libc::tpacket_stats as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(st.tp_drops))
+}
+
+/// The name of interface `index` in the calling thread's namespace.
+pub fn if_name(index: i32) -> Option<String> {
+    let idx = u32::try_from(index).ok()?;
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes (NUL
+    // included) into buf, which is that long.
+    let p = unsafe { libc::if_indextoname(idx, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success buf holds a NUL-terminated string.
+    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Some(s.to_string_lossy().into_owned())
+}

@@ -97,6 +97,10 @@ pub enum SocksCmd {
     Resolve,
     /// Tor's RESOLVE_PTR (0xF1).
     ResolvePtr,
+    /// UDP ASSOCIATE (0x03, SOCKS5 only): the address and port are where
+    /// the client will send its datagrams from (zero: not known yet);
+    /// datagrams then carry [`crate::socks_udp`] headers.
+    UdpAssociate,
 }
 
 /// A complete SOCKS request.
@@ -342,6 +346,7 @@ impl SocksHandshake {
         }
         let cmd = match b[1] {
             1 => SocksCmd::Connect,
+            3 => SocksCmd::UdpAssociate,
             0xF0 => SocksCmd::Resolve,
             0xF1 => SocksCmd::ResolvePtr,
             c => return Err(SocksError::Command(c)),

@@ -81,6 +81,14 @@ pub fn socks(data: &[u8]) {
             let _ = reply_hostname(h);
         }
     }
+    // The same bytes as a datagram after UDP ASSOCIATE: what parses
+    // encodes back to bytes that parse the same.
+    if let Ok((host, port, payload)) = onionmix_frontend::socks_udp::parse(rest) {
+        let again = onionmix_frontend::socks_udp::encode(&host, port, payload)
+            .expect("a parsed name fits its length byte");
+        let back = onionmix_frontend::socks_udp::parse(&again).expect("our own header parses");
+        assert_eq!(back, (host, port, payload));
+    }
 }
 
 /// Hostnames a SOCKS client asks for: `.onion` and `.exit` classification

@@ -21,6 +21,19 @@ pub mod flags {
     /// Fix each IPv4 packet's total length and header checksum, and the
     /// TCP/UDP checksum of every packet, so the fuzzer gets past them.
     pub const FIX_V4: u8 = 8;
+    /// Carry UDP (UDP flows; else the UDP policy).
+    pub const CARRY_UDP: u8 = 16;
+}
+
+/// The next byte of the input (0 at its end).
+fn take_byte(rest: &mut &[u8]) -> u8 {
+    match rest.split_first() {
+        Some((&b, r)) => {
+            *rest = r;
+            b
+        }
+        None => 0,
+    }
 }
 
 /// Fix the total length and header checksum of an IPv4 packet, then the
@@ -49,8 +62,9 @@ fn fix_v4_header(p: &mut [u8]) {
 /// A sequence of packets (each behind a 2-byte length) through one
 /// tunnel, after a flag byte ([`flags`]). The byte after each packet
 /// drives the flow it may open (BEGIN sent, then CONNECTED or an END
-/// reason). Replies must be well-formed IP packets; flows to synthetic
-/// addresses carry names; the tables stay within their bounds.
+/// reason, or for a UDP flow: opened, answered, ended, or refused).
+/// Replies must be well-formed IP packets; flows to synthetic addresses
+/// carry names; the tables stay within their bounds.
 pub fn tunnel_packet(data: &[u8]) {
     let Some((&f, mut rest)) = data.split_first() else {
         return;
@@ -65,6 +79,8 @@ pub fn tunnel_packet(data: &[u8]) {
     if f & flags::UDP_DROP != 0 {
         cfg.policy.udp = UdpPolicy::Drop;
     }
+    cfg.policy.carry_udp = f & flags::CARRY_UDP != 0;
+    cfg.udp.max_flows = 4;
     cfg.policy.resolver_v6 = "fd6f:6e69:6f6e:7475::1".parse().ok();
     cfg.flows.isolation = Isolation::PerFlow;
     cfg.flows.max_flows = 4;
@@ -90,11 +106,7 @@ pub fn tunnel_packet(data: &[u8]) {
                 if let Target::Host(name, _) = &target {
                     assert!(!name.is_empty());
                 }
-                let (ev, more) = match rest.split_first() {
-                    Some((&b, r)) => (b, r),
-                    None => (0, rest),
-                };
-                rest = more;
+                let ev = take_byte(&mut rest);
                 if ev & 1 != 0 {
                     t.on_flow(now, id, FlowEvent::BeginSent)
                         .expect("BEGIN after SYN");
@@ -111,13 +123,40 @@ pub fn tunnel_packet(data: &[u8]) {
                     }
                 }
             }
-            Output::ToStack | Output::Resolve { .. } | Output::Flow { .. } | Output::None => {}
+            Output::UdpOpen { id, target, .. } => {
+                if let Target::Host(name, _) = &target {
+                    assert!(!name.is_empty());
+                }
+                let ev = take_byte(&mut rest);
+                // Opened (and answered, and maybe ended) or refused.
+                if ev & 1 != 0 {
+                    let _ = t.udp_opened(now, id);
+                    if let Some(r) = t.udp_from_exit(now, id, &rest[..rest.len().min(64)]) {
+                        parse_ip(&r).expect("answers are well formed");
+                    }
+                    if ev & 2 != 0
+                        && let Some(r) = t.udp_closed(now, id)
+                    {
+                        parse_ip(&r).expect("refusals are well formed");
+                    }
+                } else if let Some(r) = t.udp_failed(now, id) {
+                    parse_ip(&r).expect("refusals are well formed");
+                }
+            }
+            Output::ToStack
+            | Output::Resolve { .. }
+            | Output::Flow { .. }
+            | Output::UdpSend { .. }
+            | Output::None => {}
         }
         assert!(t.flows().len() <= 4);
+        assert!(t.udp().len() <= 4);
         assert!(t.mapping().len(now) <= 4);
     }
     // Only open flows outlive their timeouts.
     t.expire(now + Duration::from_secs(3600));
+    t.expire_udp(now + Duration::from_secs(3600));
+    assert!(t.udp().is_empty(), "every UDP flow times out");
     let open = t.flows().len();
     assert!(open <= 4);
 }

@@ -67,6 +67,10 @@ pub enum ExitTarget {
     AnyPort,
     /// Internal circuit: last hop chosen like a middle, policy ignored.
     Internal,
+    /// UDP to this port (proposal 339 as onionmix implements it): an exit
+    /// that advertises `Datagram=1` and whose policy summary accepts the
+    /// port (no separate UDP policy lines: the exit policy covers UDP).
+    Datagram(u16),
 }
 
 /// Why no path could be built.
@@ -233,6 +237,12 @@ impl<'a> PathBuilder<'a> {
                     && !r.flags.contains(RelayFlags::MIDDLE_ONLY)
                     && r.ipv4_policy.allows_port(p)
             }
+            ExitTarget::Datagram(p) => {
+                !r.flags.contains(RelayFlags::BAD_EXIT)
+                    && !r.flags.contains(RelayFlags::MIDDLE_ONLY)
+                    && r.protocols.supports("Datagram", 1)
+                    && r.ipv4_policy.allows_port(p)
+            }
             ExitTarget::AnyPort => {
                 !r.flags.contains(RelayFlags::BAD_EXIT)
                     && !r.flags.contains(RelayFlags::MIDDLE_ONLY)
@@ -242,7 +252,7 @@ impl<'a> PathBuilder<'a> {
     }
 
     fn needs_stable(&self, target: ExitTarget) -> bool {
-        matches!(target, ExitTarget::Port(p) if self.config.long_lived_ports.contains(&p))
+        matches!(target, ExitTarget::Port(p) | ExitTarget::Datagram(p) if self.config.long_lived_ports.contains(&p))
     }
 
     /// A 3-hop path `[guard, middle, exit]` for `target`.

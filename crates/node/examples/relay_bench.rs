@@ -138,6 +138,7 @@ fn start_relay(bin: &str, dir: &std::path::Path, threads: usize) -> (Proc, HopTa
         optimistic_data: true,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     };
     (Proc(child), hop)

@@ -107,6 +107,7 @@ async fn fake_relay(how: Misbehave) -> (SocketAddr, HopTarget) {
         optimistic_data: true,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     };
     (addr, target)

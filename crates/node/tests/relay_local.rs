@@ -145,6 +145,7 @@ fn read_stock_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         optimistic_data: true,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     })
 }

@@ -31,6 +31,7 @@ fn read_relay_target(dir: &std::path::Path, or_port: u16) -> Option<HopTarget> {
         optimistic_data: true,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     })
 }

@@ -12,20 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 fn check() -> Result<(), String> {
-    if !is_root() {
-        return Err("needs root (network namespaces, TUN devices)".into());
-    }
-    for p in ["ip", "bash"] {
-        if std::process::Command::new(p)
-            .arg("-V")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_err()
-        {
-            return Err(format!("{p} missing: apt-get install iproute2 bash"));
-        }
-    }
+    onionmix_testsupport::root_and_tools_check(&["ip", "bash"], "apt-get install iproute2 bash")?;
     if !std::path::Path::new("/dev/net/tun").exists() {
         return Err("/dev/net/tun missing".into());
     }
@@ -53,7 +40,7 @@ async fn namespace_routes_only_through_the_tun() {
     assert!(netns::exists(&name));
     let tun_name = format!("omxt{}", std::process::id());
     let dev = TunDevice::create(&tun_name).expect("create tun");
-    dev.move_into(&ns, Ipv4Addr::new(10, 255, 0, 1), 32)
+    dev.move_into(&ns, Ipv4Addr::new(10, 255, 0, 1), 32, None)
         .expect("configure tun in namespace");
     let resolver = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
     ns.write_resolv_conf(resolver).expect("resolv.conf");

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 
-use onionmix_cell::chan::{Created2, destroy_reason};
+use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::relay::{
-    self, Begin, ConfluxLink, End, Extend2, RelayCmd, RelayMsg, ResolvedAnswer, Sendme, end_reason,
+    self, Begin, ConfluxLink, End, Extend2, RelayCmd, RelayMsg, Sendme, end_reason,
 };
 use onionmix_cell::{CellBody, CellError, PAYLOAD_LEN, RELAY_DATA_LEN};
 
@@ -90,6 +90,10 @@ pub enum StreamKind {
     /// (an onion service's rendezvous circuit); waiting for the driver to
     /// accept (CONNECTED) or refuse (END). DATA may already arrive.
     Incoming,
+    /// CONNECT_UDP sent; waiting for CONNECTED_UDP (datagrams may go).
+    ConnectingUdp,
+    /// A UDP stream: DATAGRAM both ways.
+    OpenUdp,
 }
 
 #[derive(Debug)]
@@ -128,121 +132,7 @@ impl Hop {
     }
 }
 
-/// Flow-control messages a circuit sent and cells it refused to count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CircStats {
-    /// XOFFs sent.
-    pub xoff_sent: u64,
-    /// XONs sent.
-    pub xon_sent: u64,
-    /// XOFFs received.
-    pub xoff_received: u64,
-    /// XONs received.
-    pub xon_received: u64,
-    /// Cells for half-closed streams within what they could carry.
-    pub half_closed_valid: u64,
-    /// Cells for unknown streams, or for half-closed ones beyond what
-    /// they could carry (tor's "dropped cells").
-    pub invalid_cells: u64,
-    /// XON/XOFF earlier than the data we sent explains (proposal 324
-    /// §4.1.4): obeyed, and counted, as tor does.
-    pub early_xon_xoff: u64,
-}
-
-/// Something the driver must act on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CircEvent {
-    /// Stream data arrived.
-    Data {
-        /// Stream.
-        stream: u16,
-        /// Bytes.
-        data: Vec<u8>,
-    },
-    /// The exit connected the stream.
-    Connected {
-        /// Stream.
-        stream: u16,
-        /// Address it connected to, if reported.
-        addr: Option<std::net::IpAddr>,
-    },
-    /// The stream ended (the entry is gone).
-    End {
-        /// Stream.
-        stream: u16,
-        /// END reason.
-        reason: u8,
-    },
-    /// A RESOLVE was answered.
-    Resolved {
-        /// Stream.
-        stream: u16,
-        /// Answers.
-        answers: Vec<ResolvedAnswer>,
-    },
-    /// The pending EXTEND2 was answered; finish the handshake with this
-    /// server data and call [`ClientCircuit::add_hop`].
-    Extended(Created2),
-    /// A SENDME opened a package window: on the circuit (`stream` 0) or on
-    /// one stream (by 50 cells).
-    Sendme {
-        /// Stream ID, or 0 for the circuit.
-        stream: u16,
-    },
-    /// The exit asked us to stop sending on a stream (congestion control).
-    Xoff {
-        /// Stream.
-        stream: u16,
-    },
-    /// The exit lets us send on a stream again, at most at this rate.
-    Xon {
-        /// Stream.
-        stream: u16,
-        /// Advised rate in 1000 bytes/s (0: unlimited).
-        kbps: u32,
-    },
-    /// The circuit is gone (DESTROY or TRUNCATED).
-    Destroyed {
-        /// Reason code.
-        reason: u8,
-    },
-    /// An onion-service message (relay commands 32-40) on stream 0.
-    Hs {
-        /// The hop it came from.
-        hop: usize,
-        /// Its relay command.
-        cmd: RelayCmd,
-        /// Its body.
-        data: Vec<u8>,
-    },
-    /// A BEGIN from the last hop on a circuit that accepts streams: accept
-    /// with [`ClientCircuit::accept_stream`] or refuse with
-    /// [`ClientCircuit::end_stream`].
-    IncomingStream {
-        /// Stream ID (chosen by the other end).
-        stream: u16,
-        /// The port it asked for.
-        port: u16,
-    },
-    /// The exit answered our CONFLUX_LINK (nonce checked): LINKED_ACK is
-    /// in the cells to send; link the leg with
-    /// [`ClientCircuit::set_conflux_leg`].
-    ConfluxLinked(ConfluxLink),
-    /// CONFLUX_SWITCH from the exit on a leg.
-    ConfluxSwitch(u32),
-    /// A stream message on a conflux leg (DATA already counted for this
-    /// circuit's SENDMEs): sequence it in the set, then hand it to the
-    /// circuit that holds the set's streams
-    /// ([`ClientCircuit::handle_conflux_msg`]).
-    Multiplexed {
-        /// Relay command.
-        cmd: RelayCmd,
-        /// Stream.
-        stream: u16,
-        /// Message data.
-        data: Vec<u8>,
-    },
-}
+pub use events::{CircEvent, CircStats};
 
 /// The client side of one circuit.
 pub struct ClientCircuit {
@@ -417,7 +307,7 @@ impl ClientCircuit {
         Err(CircError::TooManyStreams)
     }
 
-    fn open_stream(
+    pub(super) fn open_stream(
         &mut self,
         kind: StreamKind,
         cmd: RelayCmd,
@@ -475,6 +365,7 @@ impl ClientCircuit {
         match self.streams.get(&sid) {
             Some(s) => {
                 !self.closed
+                    && !matches!(s.kind, StreamKind::ConnectingUdp | StreamKind::OpenUdp)
                     && self.hops[s.hop].send.can_send()
                     && match &s.tx {
                         StreamTx::Window(w) => w.available() > 0,
@@ -600,7 +491,7 @@ impl ClientCircuit {
 
     /// Count a cell for a stream that is neither open nor half-closed, or
     /// beyond what a half-closed one could carry.
-    fn note_half(&mut self, verdict: Option<bool>) {
+    pub(super) fn note_half(&mut self, verdict: Option<bool>) {
         match verdict {
             Some(true) => self.stats.half_closed_valid += 1,
             _ => self.stats.invalid_cells += 1,
@@ -644,6 +535,19 @@ impl ClientCircuit {
                 self.count_data(hop, digest, out)?;
                 self.stream_msg(hop, sid, msg, now, events)?;
             }
+            RelayMsg::Datagram(d) => {
+                if sid == 0 {
+                    return Err(CircError::Protocol("DATAGRAM on stream 0"));
+                }
+                self.hops[hop].deliver.on_received()?;
+                if self.hops[hop].deliver.sendme_due() {
+                    self.hops[hop].deliver.on_sendme_sent();
+                    let m = Sendme::Authenticated(digest).encode();
+                    out.push(self.out(hop, RelayCmd::SENDME, 0, &m, false)?);
+                }
+                self.on_datagram(sid, d, events)?;
+            }
+            RelayMsg::ConnectedUdp(c) => self.on_connected_udp(sid, c, events)?,
             RelayMsg::Sendme(m) => {
                 if sid == 0 {
                     self.hops[hop].send.on_sendme(&m, now, chan)?;
@@ -687,6 +591,7 @@ impl ClientCircuit {
             | RelayMsg::Truncate
             | RelayMsg::Resolve(_)
             | RelayMsg::BeginDir
+            | RelayMsg::ConnectUdp(_)
             | RelayMsg::ConfluxLink(_)
             | RelayMsg::ConfluxLinkedAck => {
                 return Err(CircError::Protocol("forward-only relay command from a hop"));
@@ -729,8 +634,12 @@ impl ClientCircuit {
     }
 }
 
+#[path = "client_circ_events.rs"]
+mod events;
 #[path = "client_circ_hs.rs"]
 mod hs;
+#[path = "client_circ_udp.rs"]
+mod udp;
 
 #[path = "client_circ_conflux.rs"]
 mod conflux;

@@ -18,6 +18,8 @@ pub const MAX_EXIT_STREAMS: usize = 512;
 #[derive(Debug)]
 struct ExitStream {
     rx: StreamRx,
+    /// A UDP stream (DATAGRAM, no stream window).
+    udp: bool,
 }
 
 /// Open exit streams and their flow state.
@@ -47,8 +49,9 @@ impl ExitStreams {
     }
 
     /// Handle a stream message from the client (BEGIN, BEGIN_DIR, RESOLVE,
-    /// DATA, END, XON, XOFF; a DATA cell was already counted in its
-    /// circuit's deliver window). Anything else is refused.
+    /// DATA, END, XON, XOFF, CONNECT_UDP, DATAGRAM; a DATA or DATAGRAM cell
+    /// was already counted in its circuit's deliver window). Anything else
+    /// is refused.
     pub fn handle<'a>(
         &mut self,
         sid: u16,
@@ -66,6 +69,26 @@ impl ExitStreams {
                 self.check_new_stream(sid)?;
                 Inbound::BeginDir { stream: sid }
             }
+            RelayMsg::ConnectUdp(c) => {
+                self.check_new_stream(sid)?;
+                if let Some(s) = self.streams.get_mut(&sid) {
+                    s.udp = true;
+                }
+                Inbound::ConnectUdp {
+                    stream: sid,
+                    connect: c,
+                }
+            }
+            RelayMsg::Datagram(d) => match self.streams.get(&sid) {
+                Some(s) if s.udp => Inbound::Datagram {
+                    stream: sid,
+                    data: d,
+                },
+                Some(_) => {
+                    return Err(RelayCircError::Protocol("DATAGRAM on a TCP stream"));
+                }
+                None => Inbound::Nothing,
+            },
             RelayMsg::Resolve(name) => {
                 if sid == 0 {
                     return Err(RelayCircError::Protocol("RESOLVE with stream 0"));
@@ -77,6 +100,9 @@ impl ExitStreams {
                     return Err(RelayCircError::Protocol("DATA with stream 0"));
                 }
                 match self.streams.get_mut(&sid) {
+                    Some(s) if s.udp => {
+                        return Err(RelayCircError::Protocol("DATA on a UDP stream"));
+                    }
                     Some(s) => {
                         s.rx.on_data()?;
                         Inbound::Data {
@@ -161,7 +187,7 @@ impl ExitStreams {
             Some(p) => StreamRx::Flow(FlowRx::new(p, false)),
             None => StreamRx::window(),
         };
-        self.streams.insert(sid, ExitStream { rx });
+        self.streams.insert(sid, ExitStream { rx, udp: false });
         Ok(())
     }
 }

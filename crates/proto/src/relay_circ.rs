@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use onionmix_cell::chan::destroy_reason;
-use onionmix_cell::relay::{self, Begin, ConfluxLink, Extend2, RelayCmd, RelayMsg, Sendme};
+use onionmix_cell::relay::{
+    self, Begin, ConfluxLink, ConnectUdp, Extend2, RelayCmd, RelayMsg, Sendme,
+};
 use onionmix_cell::{CellBody, CellError};
 
 use crate::cc::CcParams;
@@ -52,6 +54,22 @@ pub enum Inbound<'a> {
         stream: u16,
         /// Name.
         name: String,
+    },
+    /// CONNECT_UDP: open a UDP socket connected to the target (an exit
+    /// that advertises `Datagram=1`; proposal 339).
+    ConnectUdp {
+        /// Stream.
+        stream: u16,
+        /// Target.
+        connect: ConnectUdp,
+    },
+    /// One datagram for a UDP stream (counted in the circuit's window,
+    /// not a stream's).
+    Datagram {
+        /// Stream.
+        stream: u16,
+        /// The datagram (borrowed from the cell).
+        data: &'a [u8],
     },
     /// Stream data to deliver.
     Data {
@@ -265,9 +283,9 @@ impl RelayCircuit {
         let (sid, msg) = RelayMsg::decode(body)?;
         let mut circ_sendme = None;
         let cmd = msg.cmd();
-        if matches!(msg, RelayMsg::Data(_)) {
+        if matches!(msg, RelayMsg::Data(_) | RelayMsg::Datagram(_)) {
             if sid == 0 {
-                return Err(RelayCircError::Protocol("DATA with stream 0"));
+                return Err(RelayCircError::Protocol("DATA or DATAGRAM with stream 0"));
             }
             // Counted on the circuit it came on, in or out of order
             // (proposal 329 §2.5).
@@ -309,13 +327,15 @@ impl RelayCircuit {
                 self.extending = true;
                 Inbound::Extend(e)
             }
-            RelayMsg::Begin(_) | RelayMsg::BeginDir if self.has_next => {
+            RelayMsg::Begin(_) | RelayMsg::BeginDir | RelayMsg::ConnectUdp(_) if self.has_next => {
                 return Err(RelayCircError::Protocol(
                     "BEGIN on a circuit that continues",
                 ));
             }
             m @ (RelayMsg::Begin(_)
             | RelayMsg::BeginDir
+            | RelayMsg::ConnectUdp(_)
+            | RelayMsg::Datagram(_)
             | RelayMsg::Resolve(_)
             | RelayMsg::Data(_)
             | RelayMsg::End(_)
@@ -368,6 +388,7 @@ impl RelayCircuit {
             },
             RelayMsg::Drop | RelayMsg::Unknown(..) => Inbound::Nothing,
             RelayMsg::Connected(_)
+            | RelayMsg::ConnectedUdp(_)
             | RelayMsg::Resolved(_)
             | RelayMsg::Extended2(_)
             | RelayMsg::Truncated(_)
@@ -449,6 +470,56 @@ mod tests {
             let h = c.handle_inbound(false, &mut b).unwrap();
             assert!(matches!(h.action, Inbound::Nothing), "{cmd}");
         }
+    }
+
+    #[test]
+    fn udp_streams_take_datagrams_counted_by_the_circuit() {
+        use onionmix_cell::relay::TargetHost;
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let connect = ConnectUdp {
+            flags: 0,
+            host: TargetHost::Hostname("echo.example".into()),
+            port: 7,
+        };
+        let mut b = body(RelayCmd::CONNECT_UDP, 5, &connect.encode().unwrap());
+        match c.handle_inbound(false, &mut b).unwrap().action {
+            Inbound::ConnectUdp {
+                stream,
+                connect: got,
+            } => {
+                assert_eq!((stream, got), (5, connect.clone()));
+            }
+            other => panic!("{other:?}"),
+        }
+        // 100 datagrams make a circuit SENDME due, as 100 DATA cells do.
+        let mut sendmes = 0;
+        for _ in 0..100 {
+            let mut d = body(RelayCmd::DATAGRAM, 5, b"ping");
+            let h = c.handle_inbound(false, &mut d).unwrap();
+            assert!(matches!(h.action, Inbound::Datagram { stream: 5, data } if data == b"ping"));
+            sendmes += usize::from(h.circ_sendme.is_some());
+        }
+        assert_eq!(sendmes, 1);
+        // DATA on a UDP stream, DATAGRAM on a TCP one: protocol errors.
+        let mut d = body(RelayCmd::DATA, 5, b"x");
+        assert!(c.handle_inbound(false, &mut d).is_err());
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let begin = onionmix_cell::relay::Begin {
+            host: TargetHost::Hostname("a.b".into()),
+            port: 80,
+            flags: 0,
+        };
+        let mut b = body(RelayCmd::BEGIN, 6, &begin.encode());
+        c.handle_inbound(false, &mut b).unwrap();
+        let mut d = body(RelayCmd::DATAGRAM, 6, b"x");
+        assert!(c.handle_inbound(false, &mut d).is_err());
+        // For a stream that is gone: nothing (but still counted).
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let mut d = body(RelayCmd::DATAGRAM, 9, b"x");
+        assert!(matches!(
+            c.handle_inbound(false, &mut d).unwrap().action,
+            Inbound::Nothing
+        ));
     }
 
     #[test]

@@ -416,3 +416,82 @@ fn cc_half_closed_streams_are_time_limited() {
     p.recv_from_exit(RelayCmd::DATA, sid, b"d").unwrap();
     assert_eq!(p.client.stats().invalid_cells, 1);
 }
+
+#[test]
+fn udp_streams_are_paced_by_the_circuit_window_and_drop_beyond_it() {
+    use onionmix_cell::relay::{ConnectUdp, ConnectedUdp};
+    for cc in [None, Some(31)] {
+        let mut p = Pair::new(cc);
+        let (sid, cell) = p
+            .client
+            .connect_udp(&ConnectUdp {
+                flags: 0,
+                host: TargetHost::Hostname("echo.example".into()),
+                port: 7,
+            })
+            .unwrap();
+        let (action, _) = p.send_to_exit(cell).unwrap();
+        assert!(action.starts_with("ConnectUdp"), "{action}");
+        // An optimistic datagram before CONNECTED_UDP is allowed.
+        let c = p
+            .client
+            .send_datagram(sid, b"early", p.now)
+            .unwrap()
+            .unwrap();
+        let (action, _) = p.send_to_exit(c).unwrap();
+        assert!(action.starts_with("Datagram"), "{action}");
+        let connected = ConnectedUdp {
+            ours: "198.51.100.1:40000".parse().unwrap(),
+            theirs: "192.0.2.7:7".parse().unwrap(),
+        };
+        let ev = p
+            .recv_from_exit(RelayCmd::CONNECTED_UDP, sid, &connected.encode())
+            .unwrap();
+        assert!(matches!(ev[..], [CircEvent::ConnectedUdp { stream, .. }] if stream == sid));
+        let ev = p.recv_from_exit(RelayCmd::DATAGRAM, sid, b"pong").unwrap();
+        assert_eq!(
+            ev,
+            vec![CircEvent::Datagram {
+                stream: sid,
+                data: b"pong".to_vec()
+            }]
+        );
+        // DATA is not for UDP streams.
+        assert!(p.client.send_data(sid, b"x", p.now).is_err() || !p.client.can_send(sid));
+        assert!(p.recv_from_exit(RelayCmd::DATA, sid, b"x").is_err());
+        // Datagrams fill the circuit's window; beyond it they are dropped,
+        // and the exit's SENDMEs open it again.
+        let mut p = Pair::new(cc);
+        let (sid, cell) = p
+            .client
+            .connect_udp(&ConnectUdp {
+                flags: 0,
+                host: TargetHost::Ip("192.0.2.7".parse().unwrap()),
+                port: 7,
+            })
+            .unwrap();
+        p.send_to_exit(cell).unwrap();
+        let mut sent = 0;
+        let mut sendmes = Vec::new();
+        while let Some(c) = p.client.send_datagram(sid, &[9; 498], p.now).unwrap() {
+            sent += 1;
+            if let (_, Some(tag)) = p.send_to_exit(c).unwrap() {
+                sendmes.push(tag);
+            }
+            assert!(sent <= 1000, "the window bounds datagrams");
+        }
+        assert_eq!(sent, if cc.is_some() { 124 } else { 1000 });
+        assert!(!sendmes.is_empty());
+        assert!(p.client.send_datagram(sid, b"x", p.now).unwrap().is_none());
+        p.now += Duration::from_millis(20);
+        p.recv_from_exit(
+            RelayCmd::SENDME,
+            0,
+            &Sendme::Authenticated(sendmes[0]).encode(),
+        )
+        .unwrap();
+        assert!(p.client.send_datagram(sid, b"x", p.now).unwrap().is_some());
+        // Too big for one message.
+        assert!(p.client.send_datagram(sid, &[0; 499], p.now).is_err());
+    }
+}

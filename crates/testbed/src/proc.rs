@@ -21,6 +21,22 @@ pub fn start_time(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
+/// CPU time process `pid` has used so far, all its threads, user and
+/// system (fields 14 and 15 of /proc/<pid>/stat).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3: utime is field 14, stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|h| *h > 0)?;
+    let ticks = utime.checked_add(stime)?;
+    Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
+}
+
 /// Whether the process we started is still running.
 pub fn alive(pid: u32, start: u64) -> bool {
     start_time(pid) == Some(start)

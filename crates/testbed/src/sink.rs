@@ -1,6 +1,6 @@
 //! The sink: the target of every workload. An HTTP/1.1 server on loopback
 //! serving `GET /bytes/<n>` (n deterministic pseudo-random bytes, their
-//! SHA-256 in the `X-Onionmix-Sha256` header), a TCP echo port, and a small
+//! SHA-256 in the `X-Onionmix-Sha256` header), a TCP and UDP echo port, and a small
 //! DNS responder that answers A queries for names under
 //! [`TEST_DOMAIN`] so exits can resolve the sink by name. With
 //! [`start_https`] it also serves the same HTTP over TLS 1.3, with a
@@ -71,7 +71,7 @@ pub fn digest(n: u64) -> [u8; 32] {
 pub struct SinkAddrs {
     /// HTTP.
     pub http: SocketAddr,
-    /// TCP echo.
+    /// TCP echo, and UDP echo on the same port.
     pub echo: SocketAddr,
     /// DNS (UDP).
     pub dns: SocketAddr,
@@ -86,6 +86,9 @@ pub async fn start(
 ) -> std::io::Result<SinkAddrs> {
     let hl = TcpListener::bind(http).await?;
     let el = TcpListener::bind(echo).await?;
+    // UDP echo on the TCP echo's port (for UDP carried through the
+    // network: the tunnel's UDP flows, docs/udp-over-tor.md).
+    let eu = UdpSocket::bind(el.local_addr()?).await?;
     let du = UdpSocket::bind(dns).await?;
     let addrs = SinkAddrs {
         http: hl.local_addr()?,
@@ -115,6 +118,7 @@ pub async fn start(
             tokio::spawn(serve_echo(s));
         }
     });
+    tokio::spawn(serve_udp_echo(eu));
     let answer_ip = match addrs.http.ip() {
         IpAddr::V4(a) if !a.is_unspecified() => a,
         _ => Ipv4Addr::LOCALHOST,
@@ -440,6 +444,18 @@ async fn respond_simple<S: AsyncWrite + Unpin>(
     s.write_all(r.as_bytes()).await
 }
 
+/// Send every datagram back to where it came from.
+async fn serve_udp_echo(sock: UdpSocket) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
+            continue;
+        };
+        let Some(d) = buf.get(..n) else { continue };
+        let _ = sock.send_to(d, peer).await;
+    }
+}
+
 /// Answer DNS A queries under [`TEST_DOMAIN`] with `ip`; everything else
 /// gets NXDOMAIN (AAAA under the domain: an empty answer).
 async fn serve_dns(sock: UdpSocket, ip: Ipv4Addr) {
@@ -589,6 +605,16 @@ mod tests {
         let mut b = [0u8; 4];
         e.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"ping");
+        // UDP echo on the same port.
+        let u = UdpSocket::bind(any).await.unwrap();
+        u.connect(a.echo).await.unwrap();
+        u.send(b"datagram").await.unwrap();
+        let mut d = [0u8; 64];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), u.recv(&mut d))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&d[..n], b"datagram");
     }
 
     /// Send raw request bytes, read the answer until the sink closes.

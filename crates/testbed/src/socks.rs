@@ -91,7 +91,7 @@ async fn request(
     s: &mut TcpStream,
     cmd: u8,
     target: &Target,
-) -> Result<(u8, Option<IpAddr>, Option<String>), SocksError> {
+) -> Result<(u8, Option<SocketAddr>, Option<String>), SocksError> {
     let mut m = vec![5, cmd, 0];
     match target {
         Target::Host(h, p) => {
@@ -124,14 +124,19 @@ async fn request(
         1 => {
             let mut a = [0u8; 6];
             s.read_exact(&mut a).await?;
-            (Some(IpAddr::from([a[0], a[1], a[2], a[3]])), None)
+            let ip = IpAddr::from([a[0], a[1], a[2], a[3]]);
+            (
+                Some(SocketAddr::new(ip, u16::from_be_bytes([a[4], a[5]]))),
+                None,
+            )
         }
         4 => {
             let mut a = [0u8; 18];
             s.read_exact(&mut a).await?;
             let mut o = [0u8; 16];
             o.copy_from_slice(&a[..16]);
-            (Some(IpAddr::from(o)), None)
+            let port = u16::from_be_bytes([a[16], a[17]]);
+            (Some(SocketAddr::new(IpAddr::from(o), port)), None)
         }
         3 => {
             let mut l = [0u8; 1];
@@ -179,7 +184,46 @@ pub async fn resolve(
         if code != 0 {
             return Err(SocksError::Reply { code });
         }
-        ip.ok_or(SocksError::Protocol("no address in RESOLVE reply"))
+        ip.map(|a| a.ip())
+            .ok_or(SocksError::Protocol("no address in RESOLVE reply"))
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| SocksError::Timeout)?
+}
+
+/// A UDP association (RFC 1928 §7): it lives while `control` is open;
+/// datagrams with a SOCKS5 UDP header (`onionmix_frontend::socks_udp`) go
+/// to and come from `relay`.
+#[derive(Debug)]
+pub struct UdpAssociation {
+    /// The TCP connection that holds the association.
+    pub control: TcpStream,
+    /// The proxy's relay address.
+    pub relay: SocketAddr,
+}
+
+/// UDP ASSOCIATE through the proxy, for datagrams sent from `from` (the
+/// client's UDP socket). A proxy without UDP answers "command not
+/// supported" (stock tor): [`SocksError::Reply`] with code 7.
+pub async fn udp_associate(
+    proxy: SocketAddr,
+    from: SocketAddr,
+    auth: Auth<'_>,
+    timeout: Duration,
+) -> Result<UdpAssociation, SocksError> {
+    let fut = async {
+        let mut s = negotiate(proxy, auth).await?;
+        let (code, bound, _) = request(&mut s, 3, &Target::Addr(from)).await?;
+        if code != 0 {
+            return Err(SocksError::Reply { code });
+        }
+        let mut relay = bound.ok_or(SocksError::Protocol("no relay address in UDP reply"))?;
+        if relay.ip().is_unspecified() {
+            // "The same address as the proxy's."
+            relay.set_ip(proxy.ip());
+        }
+        Ok(UdpAssociation { control: s, relay })
     };
     tokio::time::timeout(timeout, fut)
         .await

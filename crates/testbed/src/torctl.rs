@@ -456,8 +456,8 @@ impl<T> EventWatch<T> {
 }
 
 /// Subscribe to `events` and keep what `keep` makes of each line until
-/// [`EventWatch::finish`].
-async fn watch_events<T: Send + 'static>(
+/// [`EventWatch::finish`] (and what arrives within 200 ms of it).
+async fn watch_with<T: Send + 'static>(
     addr: SocketAddr,
     cookie_file: &Path,
     events: &str,
@@ -470,21 +470,27 @@ async fn watch_events<T: Send + 'static>(
         let _keep = wr;
         let mut seen = Vec::new();
         let mut line = String::new();
+        let take = |l: &str, seen: &mut Vec<T>| {
+            if let Some(ev) = keep(l)
+                && seen.len() < MAX_WATCHED
+            {
+                seen.push(ev);
+            }
+        };
         loop {
             tokio::select! {
                 biased;
                 r = read_line(&mut rd, &mut line) => match r {
-                    Ok(()) => {
-                        if let Some(ev) = keep(&line)
-                            && seen.len() < MAX_WATCHED
-                        {
-                            seen.push(ev);
-                        }
-                    }
-                    Err(_) => break,
+                    Ok(()) => take(&line, &mut seen),
+                    Err(_) => return seen,
                 },
                 _ = &mut stop_rx => break,
             }
+        }
+        while let Ok(Ok(())) =
+            tokio::time::timeout(Duration::from_millis(200), read_line(&mut rd, &mut line)).await
+        {
+            take(&line, &mut seen);
         }
         seen
     });
@@ -501,7 +507,7 @@ pub async fn watch_circ_bw(
     cookie_file: &Path,
     timeout: Duration,
 ) -> Result<CircBwWatch, String> {
-    watch_events(addr, cookie_file, "CIRC_BW", timeout, |l| {
+    watch_with(addr, cookie_file, "CIRC_BW", timeout, |l| {
         parse_circ_bw(l).filter(|e| e.cwnd.is_some())
     })
     .await
@@ -515,7 +521,7 @@ pub async fn watch_circ_events(
     cookie_file: &Path,
     timeout: Duration,
 ) -> Result<EventWatch<CircEvent>, String> {
-    watch_events(
+    watch_with(
         addr,
         cookie_file,
         "CIRC CIRC_MINOR",
@@ -576,6 +582,166 @@ pub async fn watch_circuits(
         stop: Some(stop_tx),
         task,
     })
+}
+
+/// Streams pinned to one circuit ([`pin_streams`]); [`Pinned::finish`]
+/// gives control back to the client.
+pub struct Pinned {
+    /// The circuit's id on the control port.
+    pub circ: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<u64, String>>,
+}
+
+impl Pinned {
+    /// Stop attaching (`__LeaveStreamsUnattached` back to 0, the circuit
+    /// closed); how many streams were attached, or why pinning broke (the
+    /// circuit closed under the streams, the control connection failed).
+    pub async fn finish(mut self) -> Result<u64, String> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task
+            .await
+            .unwrap_or_else(|e| Err(format!("pinning task failed: {e}")))
+    }
+}
+
+/// Build a circuit along `path` (fingerprints, first hop first: the path
+/// length is the caller's) with `EXTENDCIRCUIT`, wait until it is built,
+/// then have the client leave new streams unattached
+/// (`__LeaveStreamsUnattached`) and attach each to that circuit
+/// (`ATTACHSTREAM`) until [`Pinned::finish`]. Works with stock tor's
+/// control port and onionmix's (cookie authentication).
+pub async fn pin_streams(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    path: &[String],
+    timeout: Duration,
+) -> Result<Pinned, String> {
+    if path.is_empty()
+        || path
+            .iter()
+            .any(|f| f.is_empty() || !f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'$'))
+    {
+        return Err(format!("bad path {path:?}"));
+    }
+    let (mut rd, mut wr) = subscribe(addr, cookie_file, "STREAM CIRC", timeout).await?;
+    let mut line = String::new();
+    let setup = async {
+        wr.write_all(format!("EXTENDCIRCUIT 0 {}\r\n", path.join(",")).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let circ = loop {
+            read_line(&mut rd, &mut line).await?;
+            if line.starts_with("650") {
+                continue;
+            }
+            match line.trim_end().strip_prefix("250 EXTENDED ") {
+                Some(id) => break id.to_string(),
+                None => return Err(format!("EXTENDCIRCUIT: {}", line.trim_end())),
+            }
+        };
+        loop {
+            read_line(&mut rd, &mut line).await?;
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.get(1) == Some(&"CIRC") && w.get(2) == Some(&circ.as_str()) {
+                match w.get(3) {
+                    Some(&"BUILT") => break,
+                    Some(&"FAILED" | &"CLOSED") => {
+                        return Err(format!("circuit {circ}: {}", line.trim_end()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        wr.write_all(b"SETCONF __LeaveStreamsUnattached=1\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<String, String>(circ)
+    };
+    let circ = tokio::time::timeout(timeout, setup)
+        .await
+        .map_err(|_| format!("control port {addr}: no built circuit within {timeout:?}"))??;
+    let (stop_tx, mut stop_rx) = oneshot::channel();
+    let c = circ.clone();
+    let task = tokio::spawn(async move {
+        let mut attached: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut broken = None;
+        loop {
+            tokio::select! {
+                biased;
+                r = read_line(&mut rd, &mut line) => {
+                    if let Err(e) = r {
+                        broken = Some(e);
+                        break;
+                    }
+                    let w: Vec<&str> = line.split_whitespace().collect();
+                    match (w.get(1), w.get(3)) {
+                        // Stock tor waits after NEW, onionmix announces
+                        // CONTROLLER_WAIT; one of the two attaches fail
+                        // harmlessly.
+                        (Some(&"STREAM"), Some(&("NEW" | "CONTROLLER_WAIT"))) => {
+                            let Some(sid) = w.get(2) else { continue };
+                            let cmd = format!("ATTACHSTREAM {sid} {c}\r\n");
+                            if wr.write_all(cmd.as_bytes()).await.is_err() {
+                                broken = Some("control connection closed".into());
+                                break;
+                            }
+                            if attached.len() < 1_000_000 {
+                                attached.insert(sid.to_string());
+                            }
+                        }
+                        (Some(&"CIRC"), Some(&("FAILED" | "CLOSED"))) if w.get(2) == Some(&c.as_str()) => {
+                            broken = Some(format!("the pinned circuit closed: {}", line.trim_end()));
+                        }
+                        _ => {}
+                    }
+                }
+                _ = &mut stop_rx => break,
+            }
+        }
+        let _ = wr
+            .write_all(
+                format!("SETCONF __LeaveStreamsUnattached=0\r\nCLOSECIRCUIT {c}\r\nQUIT\r\n")
+                    .as_bytes(),
+            )
+            .await;
+        match broken {
+            Some(e) => Err(e),
+            None => Ok(attached.len() as u64),
+        }
+    });
+    Ok(Pinned {
+        circ,
+        stop: Some(stop_tx),
+        task,
+    })
+}
+
+/// Most event lines a [`watch_events`] keeps.
+pub const MAX_EVENT_LINES: usize = MAX_WATCHED;
+
+/// Subscribe to `events` (e.g. `STREAM`) on a control port (cookie
+/// authentication) and keep every event line (`650 ...`, without the line
+/// end), in order, until [`EventWatch::finish`].
+pub async fn watch_events(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    events: &str,
+    timeout: Duration,
+) -> Result<EventWatch<String>, String> {
+    if events.is_empty()
+        || !events
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b' ' || b == b'_')
+    {
+        return Err(format!("bad event list {events:?}"));
+    }
+    fn event_line(l: &str) -> Option<String> {
+        l.starts_with("650").then(|| l.trim_end().to_string())
+    }
+    watch_with(addr, cookie_file, events, timeout, event_line).await
 }
 
 #[cfg(test)]

@@ -73,6 +73,24 @@ pub fn root_check() -> Result<(), String> {
     }
 }
 
+/// Root, and every program in `programs` runs (`<program> -V`); the error
+/// names what is missing and `install` (e.g. `apt-get install curl`).
+pub fn root_and_tools_check(programs: &[&str], install: &str) -> Result<(), String> {
+    root_check()?;
+    for p in programs {
+        let ran = std::process::Command::new(p)
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok();
+        if !ran {
+            return Err(format!("{p} missing: {install}"));
+        }
+    }
+    Ok(())
+}
+
 /// [`require_or_skip`] for root.
 pub fn root_available(test: &str) -> bool {
     require_or_skip(test, root_check())

@@ -30,11 +30,15 @@ pub enum DropReason {
     /// From or to an address the tunnel refuses (multicast, broadcast,
     /// unspecified, loopback).
     Address,
+    /// A UDP datagram larger than one DATAGRAM message carries.
+    UdpTooBig,
+    /// A UDP datagram that found its flow's queue full (stream opening).
+    UdpQueue,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::Malformed,
         DropReason::Fragment,
         DropReason::Ipv4Options,
@@ -46,6 +50,8 @@ impl DropReason {
         DropReason::NoFlow,
         DropReason::FlowLimit,
         DropReason::Address,
+        DropReason::UdpTooBig,
+        DropReason::UdpQueue,
     ];
 
     /// Name for logs and metrics.
@@ -62,6 +68,8 @@ impl DropReason {
             DropReason::NoFlow => "no_flow",
             DropReason::FlowLimit => "flow_limit",
             DropReason::Address => "address",
+            DropReason::UdpTooBig => "udp_too_big",
+            DropReason::UdpQueue => "udp_queue",
         }
     }
 
@@ -91,6 +99,18 @@ pub struct Counters {
     pub dns_refused: u64,
     /// UDP datagrams answered with ICMP port unreachable.
     pub icmp_unreachable: u64,
+    /// UDP flows opened (streams asked for).
+    pub udp_flows_opened: u64,
+    /// UDP flows whose stream could not be opened (fallback policy).
+    pub udp_flows_refused: u64,
+    /// UDP datagrams sent towards exits.
+    pub udp_datagrams_to_exit: u64,
+    /// UDP datagrams from exits to applications.
+    pub udp_datagrams_to_app: u64,
+    /// UDP payload bytes towards exits.
+    pub udp_bytes_to_exit: u64,
+    /// UDP payload bytes towards applications.
+    pub udp_bytes_to_app: u64,
     drops: [u64; DropReason::ALL.len()],
 }
 
@@ -105,6 +125,11 @@ impl Counters {
     /// Drops for `r` so far.
     pub fn drops(&self, r: DropReason) -> u64 {
         self.drops.get(r.index()).copied().unwrap_or(0)
+    }
+
+    /// Every reason with its count, in counter order.
+    pub fn drops_by_reason(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.iter().map(|r| (*r, self.drops(*r)))
     }
 
     /// All drops so far.

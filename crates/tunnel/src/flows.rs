@@ -48,8 +48,10 @@ pub enum IsolationKey {
     Destination(String),
     /// The application.
     App(u64),
-    /// The flow alone.
+    /// The (TCP) flow alone.
     Flow(u64),
+    /// The UDP flow alone (UDP flows are numbered apart).
+    UdpFlow(u64),
 }
 
 /// Where a flow goes: the hostname behind a synthetic address (sent in
@@ -63,7 +65,8 @@ pub enum Target {
 }
 
 impl Target {
-    fn host(&self) -> String {
+    /// The host: the name, or the address as text.
+    pub fn host(&self) -> String {
         match self {
             Target::Host(h, _) => h.clone(),
             Target::Addr(a) => a.ip().to_string(),
@@ -281,6 +284,16 @@ impl FlowTable {
             by_key: HashMap::new(),
             next_id: 1,
         }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FlowConfig {
+        &self.cfg
+    }
+
+    /// Every flow, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = &Flow> {
+        self.flows.values()
     }
 
     /// Flows open.

@@ -16,6 +16,8 @@
 //! - [`socks`]: isolation key -> SOCKS5 auth, SOCKS5 reply -> END reason
 //!   (for a driver that carries flows over a SOCKS port);
 //! - [`counters`]: what the tunnel counts;
+//! - [`udp`]: UDP flows carried through the network (when the policy
+//!   carries UDP);
 //! - [`tunnel`]: the pieces together, one packet in, one decision out.
 
 pub mod counters;
@@ -27,6 +29,7 @@ pub mod socks;
 #[cfg(test)]
 mod testutil;
 pub mod tunnel;
+pub mod udp;
 
 pub use counters::{Counters, DropReason};
-pub use tunnel::{Output, Tunnel, TunnelConfig};
+pub use tunnel::{FlowSummary, Output, Status, Tunnel, TunnelConfig};

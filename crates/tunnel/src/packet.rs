@@ -38,7 +38,8 @@ pub enum Mode {
     Compatibility,
 }
 
-/// What becomes of UDP that is not DNS to the resolver.
+/// What becomes of UDP that is not DNS to the resolver and is not carried
+/// (or whose flow could not be carried: see [`Policy::carry_udp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UdpPolicy {
     /// Answer ICMP (v6) port unreachable, so applications fail fast.
@@ -53,8 +54,12 @@ pub enum UdpPolicy {
 pub struct Policy {
     /// Anonymity or compatibility.
     pub mode: Mode,
-    /// Non-DNS UDP.
+    /// Non-DNS UDP that is not carried.
     pub udp: UdpPolicy,
+    /// Carry non-DNS UDP through the network (UDP flows, proposal 339's
+    /// UDP streams over onionmix exits); flows that cannot be carried get
+    /// `udp`.
+    pub carry_udp: bool,
     /// The resolver's IPv4 address (port 53).
     pub resolver_v4: Ipv4Addr,
     /// The resolver's IPv6 address, if any.
@@ -68,6 +73,7 @@ impl Default for Policy {
         Policy {
             mode: Mode::Anonymity,
             udp: UdpPolicy::IcmpUnreachable,
+            carry_udp: false,
             resolver_v4: Ipv4Addr::new(198, 18, 0, 1),
             resolver_v6: None,
             hop_limit: 64,
@@ -122,6 +128,15 @@ pub enum Verdict {
         /// The resolver's.
         dst: SocketAddr,
         /// Where the query is in the packet.
+        payload: Range<usize>,
+    },
+    /// Other UDP, to carry (the policy carries UDP).
+    Udp {
+        /// The application's socket.
+        src: SocketAddr,
+        /// The destination.
+        dst: SocketAddr,
+        /// Where the payload is in the packet.
         payload: Range<usize>,
     },
     /// A fragment (compatibility mode): to the TCP stack, which
@@ -427,16 +442,28 @@ fn udp(policy: &Policy, c: &mut Counters, ip: &IpInfo, p: &[u8]) -> Verdict {
             payload,
         };
     }
+    if policy.carry_udp && sport != 0 && dport != 0 {
+        return Verdict::Udp {
+            src: SocketAddr::new(ip.src, sport),
+            dst: SocketAddr::new(ip.dst, dport),
+            payload,
+        };
+    }
+    match udp_fallback(policy, c, p) {
+        Some(r) => Verdict::Reply(r),
+        None => Verdict::Drop(DropReason::Udp),
+    }
+}
+
+/// The answer the policy gives a UDP packet it does not carry: ICMP port
+/// unreachable (counted), or none (the caller counts the drop).
+pub fn udp_fallback(policy: &Policy, c: &mut Counters, p: &[u8]) -> Option<Vec<u8>> {
     match policy.udp {
-        UdpPolicy::Drop => Verdict::Drop(DropReason::Udp),
+        UdpPolicy::Drop => None,
         UdpPolicy::IcmpUnreachable => {
-            match icmp_unreachable(p, Unreachable::Port, policy.hop_limit) {
-                Some(r) => {
-                    counters::inc(&mut c.icmp_unreachable);
-                    Verdict::Reply(r)
-                }
-                None => Verdict::Drop(DropReason::Udp),
-            }
+            let r = icmp_unreachable(p, Unreachable::Port, policy.hop_limit)?;
+            counters::inc(&mut c.icmp_unreachable);
+            Some(r)
         }
     }
 }

@@ -24,6 +24,7 @@ pub fn socks_password(key: &IsolationKey) -> Option<String> {
         IsolationKey::Destination(h) => format!("d:{h}"),
         IsolationKey::App(a) => format!("a:{a}"),
         IsolationKey::Flow(f) => format!("f:{f}"),
+        IsolationKey::UdpFlow(f) => format!("u:{f}"),
     };
     (p.len() <= MAX_AUTH_FIELD).then_some(p)
 }
@@ -101,7 +102,8 @@ mod tests {
         let d = socks_password(&IsolationKey::Destination("7".into()));
         let a = socks_password(&IsolationKey::App(7));
         let f = socks_password(&IsolationKey::Flow(7));
-        assert!(d != a && a != f && d != f);
+        let u = socks_password(&IsolationKey::UdpFlow(7));
+        assert!(d != a && a != f && d != f && u != f && u != a && u != d);
         let long = "a".repeat(253);
         let p = socks_password(&IsolationKey::Destination(long)).expect("fits");
         assert!(p.len() <= MAX_AUTH_FIELD);

@@ -162,3 +162,50 @@ fn quic_hint_round_trips_and_odd_hints_are_ignored() {
     }
     assert_eq!(LinkSpec::Unknown(9, vec![1, 2]).quic_port(), None);
 }
+
+#[test]
+fn udp_messages_roundtrip_and_refuse_bad_bodies() {
+    for host in [
+        TargetHost::Hostname("echo.example".into()),
+        TargetHost::Ip("192.0.2.7".parse().unwrap()),
+        TargetHost::Ip("2001:db8::7".parse().unwrap()),
+    ] {
+        roundtrip(RelayMsg::ConnectUdp(ConnectUdp {
+            flags: begin_flags::IPV6_OK,
+            host,
+            port: 7,
+        }));
+    }
+    roundtrip(RelayMsg::ConnectedUdp(ConnectedUdp {
+        ours: "198.51.100.1:40000".parse().unwrap(),
+        theirs: "[2001:db8::7]:7".parse().unwrap(),
+    }));
+    roundtrip(RelayMsg::Datagram(b"ping"));
+    roundtrip(RelayMsg::Datagram(&[0u8; RELAY_DATA_LEN]));
+    let good = ConnectUdp {
+        flags: 0,
+        host: TargetHost::Hostname("a.b".into()),
+        port: 9,
+    }
+    .encode()
+    .unwrap();
+    for n in 0..good.len() {
+        assert!(ConnectUdp::parse(&good[..n]).is_err(), "{n}");
+    }
+    // Port 0, NUL in a name, a wrong length for a type, a hostname in
+    // CONNECTED_UDP.
+    let mut p0 = good.clone();
+    let l = p0.len();
+    p0[l - 2..].fill(0);
+    assert!(ConnectUdp::parse(&p0).is_err());
+    let mut nul = good.clone();
+    nul[6] = 0;
+    assert!(ConnectUdp::parse(&nul).is_err());
+    assert!(ConnectUdp::parse(&[0, 0, 0, 0, 4, 5, 1, 2, 3, 4, 5, 0, 7]).is_err());
+    let mut hostname_addr = vec![];
+    hostname_addr.extend_from_slice(&good[4..]);
+    hostname_addr.extend_from_slice(&good[4..]);
+    assert!(ConnectedUdp::parse(&hostname_addr).is_err());
+    assert_eq!(RelayCmd::DATAGRAM.name(), "DATAGRAM");
+    assert!(RelayCmd::DATAGRAM.counts_for_flow_control());
+}

@@ -41,6 +41,8 @@ pub struct IsolationKey {
 pub enum Purpose {
     /// Exit traffic to this port (None: any port, e.g. preemptive).
     Exit(Option<u16>),
+    /// UDP streams to this port: an exit that advertises `Datagram=1`.
+    Udp(u16),
 }
 
 /// Chooses paths: (purpose, relays to avoid) -> hops.
@@ -251,15 +253,16 @@ impl CircMgr {
             }));
     }
 
-    pub(super) fn exit_allows(&self, c: &Circuit, port: Option<u16>) -> bool {
-        match (port, c.path().last()) {
-            (Some(p), Some(exit)) => (self.inner.exit_ok)(&exit.rsa_id, p),
-            (None, _) => true,
+    pub(super) fn exit_allows(&self, c: &Circuit, purpose: Purpose) -> bool {
+        match (purpose, c.path().last()) {
+            (Purpose::Exit(Some(p)), Some(exit)) => (self.inner.exit_ok)(&exit.rsa_id, p),
+            (Purpose::Exit(None), _) => true,
+            (Purpose::Udp(p), Some(exit)) => exit.datagram && (self.inner.exit_ok)(&exit.rsa_id, p),
             _ => false,
         }
     }
 
-    fn find(&self, key: &IsolationKey, port: Option<u16>) -> Option<Arc<Circuit>> {
+    fn find(&self, key: &IsolationKey, purpose: Purpose) -> Option<Arc<Circuit>> {
         let max_dirtiness = self.inner.cfg.max_dirtiness;
         let mut st = self.lock_state();
         let pool = st.pools.get_mut(key)?;
@@ -267,18 +270,18 @@ impl CircMgr {
         pool.circs
             .iter()
             .filter(|c| c.is_usable(max_dirtiness))
-            .find(|c| self.exit_allows(c, port))
+            .find(|c| self.exit_allows(c, purpose))
             .cloned()
     }
 
-    /// Give a clean pre-built circuit that can carry `port` to `key`.
-    fn take_clean(&self, key: &IsolationKey, port: Option<u16>) -> Option<Arc<Circuit>> {
+    /// Give a clean pre-built circuit that can serve `purpose` to `key`.
+    fn take_clean(&self, key: &IsolationKey, purpose: Purpose) -> Option<Arc<Circuit>> {
         let mut st = self.lock_state();
         st.clean.retain(|c| !c.circ.is_closed());
         let i = st
             .clean
             .iter()
-            .position(|c| !c.circ.is_extending() && self.exit_allows(&c.circ, port))?;
+            .position(|c| !c.circ.is_extending() && self.exit_allows(&c.circ, purpose))?;
         let c = st.clean.swap_remove(i).circ;
         self.give(&mut st, key, c)
     }
@@ -307,12 +310,14 @@ impl CircMgr {
         Some(c)
     }
 
-    /// Whether a pre-built circuit that could carry `port` is building.
-    fn pending_could_serve(&self, port: Option<u16>) -> bool {
+    /// Whether a pre-built circuit that could serve `purpose` is building
+    /// (pre-built circuits are for TCP ports: UDP does not wait for them).
+    fn pending_could_serve(&self, purpose: Purpose) -> bool {
         let st = self.lock_state();
-        st.pending.iter().any(|p| match port {
-            Some(port) => (self.inner.exit_ok)(&p.exit, port),
-            None => true,
+        st.pending.iter().any(|p| match purpose {
+            Purpose::Exit(Some(port)) => (self.inner.exit_ok)(&p.exit, port),
+            Purpose::Exit(None) => true,
+            Purpose::Udp(_) => false,
         })
     }
 
@@ -334,7 +339,25 @@ impl CircMgr {
         port: Option<u16>,
     ) -> Result<Arc<Circuit>, BuildError> {
         self.note_port(port);
-        if let Some(c) = self.find(key, port) {
+        self.get_circuit(key, Purpose::Exit(port)).await
+    }
+
+    /// A circuit for `key` whose exit carries UDP to `port` (advertises
+    /// `Datagram=1` and its policy accepts the port).
+    pub async fn get_udp_circuit(
+        &self,
+        key: &IsolationKey,
+        port: u16,
+    ) -> Result<Arc<Circuit>, BuildError> {
+        self.get_circuit(key, Purpose::Udp(port)).await
+    }
+
+    async fn get_circuit(
+        &self,
+        key: &IsolationKey,
+        purpose: Purpose,
+    ) -> Result<Arc<Circuit>, BuildError> {
+        if let Some(c) = self.find(key, purpose) {
             return Ok(c);
         }
         let lock = {
@@ -362,20 +385,20 @@ impl CircMgr {
                 .clone()
         };
         let _g = lock.lock().await;
-        if let Some(c) = self.find(key, port) {
+        if let Some(c) = self.find(key, purpose) {
             return Ok(c);
         }
-        // A pre-built conflux set first, as tor prefers them.
-        if let Some(c) = self.take_conflux(key, port) {
+        // A pre-built conflux set first, as tor prefers them (TCP streams
+        // only).
+        if let Purpose::Exit(port) = purpose
+            && let Some(c) = self.take_conflux(key, port)
+        {
             return Ok(c);
         }
-        if let Some(c) = self.wait_for_clean(key, port).await {
+        if let Some(c) = self.wait_for_clean(key, purpose).await {
             return Ok(c);
         }
-        let c = self
-            .build_with_retries(Purpose::Exit(port))
-            .await?
-            .into_shared();
+        let c = self.build_with_retries(purpose).await?.into_shared();
         self.inner
             .counters
             .on_demand
@@ -394,14 +417,14 @@ impl CircMgr {
     /// A clean circuit now, or after waiting (at most one build timeout)
     /// for a pre-built one still on its way, as tor attaches a stream to
     /// a pending circuit that can carry it.
-    async fn wait_for_clean(&self, key: &IsolationKey, port: Option<u16>) -> Option<Arc<Circuit>> {
+    async fn wait_for_clean(&self, key: &IsolationKey, purpose: Purpose) -> Option<Arc<Circuit>> {
         let deadline = tokio::time::Instant::now() + self.inner.cbt.timeouts(RECORDED_HOPS).0;
         let mut waited = false;
         loop {
             let notified = self.inner.clean_done.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(c) = self.take_clean(key, port) {
+            if let Some(c) = self.take_clean(key, purpose) {
                 if waited {
                     self.inner
                         .counters
@@ -410,7 +433,7 @@ impl CircMgr {
                 }
                 return Some(c);
             }
-            if !self.pending_could_serve(port) {
+            if !self.pending_could_serve(purpose) {
                 return None;
             }
             waited = true;

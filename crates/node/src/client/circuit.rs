@@ -43,6 +43,9 @@ pub struct HopTarget {
     pub optimistic_data: bool,
     /// The relay advertises FlowCtrl=2 (congestion control at exits).
     pub flowctrl_cc: bool,
+    /// The relay advertises Datagram=1 (UDP streams at exits, proposal
+    /// 339 as docs/udp-over-tor.md describes).
+    pub datagram: bool,
     /// The consensus parameters the relay was chosen under (congestion
     /// and flow control, SENDME versions); defaults when `None`.
     pub params: Option<Arc<CcParams>>,
@@ -70,6 +73,7 @@ impl HopTarget {
             optimistic_data: true,
             flowctrl_cc: false,
             quic_port: ctx.quic.port(),
+            datagram: ctx.cfg.exit && ctx.cfg.exit_udp,
             params: None,
         }
     }

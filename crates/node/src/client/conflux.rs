@@ -335,7 +335,7 @@ impl CircMgr {
         let i = st
             .conflux_clean
             .iter()
-            .position(|c| self.exit_allows(&c.circ, port))?;
+            .position(|c| self.exit_allows(&c.circ, Purpose::Exit(port)))?;
         let c = st.conflux_clean.swap_remove(i).circ;
         self.give(&mut st, key, c)
     }

@@ -416,6 +416,7 @@ impl DirMgr {
             ntor_v3: r.protocols.supports("Relay", 4),
             optimistic_data: r.protocols.supports("Relay", 2),
             flowctrl_cc: r.protocols.supports("FlowCtrl", 2),
+            datagram: r.protocols.supports("Datagram", 1),
             params: Some(params.clone()),
             quic_port: r.quic_port,
         }
@@ -466,10 +467,10 @@ impl DirMgr {
             .restricted(only);
         let mut rng = rand::thread_rng();
         let params = Arc::new(CcParams::from_consensus(nd.params()));
-        let Purpose::Exit(port) = purpose;
-        let target = match port {
-            Some(p) => ExitTarget::Port(p),
-            None => ExitTarget::AnyPort,
+        let (target, udp) = match purpose {
+            Purpose::Exit(Some(p)) => (ExitTarget::Port(p), false),
+            Purpose::Exit(None) => (ExitTarget::AnyPort, false),
+            Purpose::Udp(p) => (ExitTarget::Datagram(p), true),
         };
         let mut last = String::new();
         for _ in 0..8 {
@@ -480,7 +481,9 @@ impl DirMgr {
                 Err(PathError::NoExit(_)) if self.cfg.testing_network => {
                     pb.exit_path(&mut rng, ExitTarget::Internal).and_then(|p| {
                         let exit = nd.relay(&p[2]).ok_or(PathError::NoExit(target))?;
-                        if exit.flags.contains(RelayFlags::EXIT) {
+                        if exit.flags.contains(RelayFlags::EXIT)
+                            && (!udp || exit.protocols.supports("Datagram", 1))
+                        {
                             Ok(p)
                         } else {
                             Err(PathError::NoExit(target))

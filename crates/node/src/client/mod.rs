@@ -14,6 +14,7 @@ pub mod hs;
 pub mod preemptive;
 pub mod socks;
 pub mod stream;
+pub mod udp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -250,23 +250,22 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         }
     }
     let epoch = ctx.hub.epoch.load(Ordering::Relaxed);
+    if req.cmd == SocksCmd::UdpAssociate {
+        // Each destination is tracked as its own stream.
+        let key = IsolationKey {
+            socks_auth: req.auth.clone(),
+            nym_epoch: epoch,
+        };
+        return super::udp::associate(sock, peer, ctx, key, req).await;
+    }
     let tr = Tracked::new(&ctx.hub, &req, peer, epoch);
-    let mut ready = match (&ctx.dir_ready, onion) {
+    let ready = match (&ctx.dir_ready, onion) {
         (Some(d), true) => d.clone(),
         _ => ctx.ready.clone(),
     };
-    if !*ready.borrow() {
-        let ok = matches!(
-            tokio::time::timeout(ctx.stream_timeout, ready.wait_for(|r| *r)).await,
-            Ok(Ok(_))
-        );
-        if !ok {
-            let _ = sock
-                .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
-                .await;
-            tr.failed(onionmix_cell::relay::end_reason::TIMEOUT, false);
-            return Err("not bootstrapped yet".into());
-        }
+    if !wait_ready(&ctx, ready, &mut sock, &req).await {
+        tr.failed(onionmix_cell::relay::end_reason::TIMEOUT, false);
+        return Err("not bootstrapped yet".into());
     }
     let key = IsolationKey {
         socks_auth: req.auth.clone(),
@@ -278,7 +277,31 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
     match req.cmd {
         SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
+        SocksCmd::UdpAssociate => Err("UDP ASSOCIATE handled above".into()),
     }
+}
+
+/// Wait (at most the stream timeout) until `ready`; on a timeout the
+/// application gets "general failure" and this returns false.
+pub(super) async fn wait_ready(
+    ctx: &SocksContext,
+    mut ready: tokio::sync::watch::Receiver<bool>,
+    sock: &mut TcpStream,
+    req: &SocksRequest,
+) -> bool {
+    if *ready.borrow() {
+        return true;
+    }
+    let ok = matches!(
+        tokio::time::timeout(ctx.stream_timeout, ready.wait_for(|r| *r)).await,
+        Ok(Ok(_))
+    );
+    if !ok {
+        let _ = sock
+            .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
+            .await;
+    }
+    ok
 }
 
 /// The SOCKS5 reply for a name that must not leave the client, as stock tor

@@ -137,7 +137,7 @@ impl Stream {
                 self.ended = true;
                 Ok(first)
             }
-            StreamEvent::Data(_) => Err(StreamError::Unexpected),
+            StreamEvent::Data(_) | StreamEvent::Datagram(_) => Err(StreamError::Unexpected),
             StreamEvent::Connected(_) => Ok(first),
         }
     }
@@ -165,6 +165,19 @@ impl Stream {
                 circ_id: self.circ_id,
                 stream: self.id,
                 data: chunk,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Send one datagram on a UDP stream (at most 498 bytes; the reactor
+    /// drops it if the circuit's window is closed).
+    pub async fn send_datagram(&self, data: Bytes) -> Result<(), StreamError> {
+        self.chan
+            .send(ChanCommand::Datagram {
+                circ_id: self.circ_id,
+                stream: self.id,
+                data,
             })
             .await?;
         Ok(())

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use onionmix_cell::chan::{Create2, Created2, destroy_reason};
-use onionmix_cell::relay::{Begin, Extend2, ResolvedAnswer};
+use onionmix_cell::relay::{Begin, ConnectUdp, Extend2, ResolvedAnswer};
 use onionmix_proto::cc::{CcParams, CcSnapshot};
 use onionmix_proto::client_circ::CircStats;
 use onionmix_proto::flow::STREAM_WINDOW_START;
@@ -60,6 +60,9 @@ pub enum StreamEvent {
     End(u8),
     /// RESOLVED.
     Resolved(Vec<ResolvedAnswer>),
+    /// A datagram on a UDP stream (CONNECTED_UDP is [`Self::Connected`]
+    /// with the target's address).
+    Datagram(Bytes),
 }
 
 /// How to open a stream.
@@ -71,6 +74,8 @@ pub enum StreamRequest {
     BeginDir,
     /// RELAY_RESOLVE of a name (or an in-addr.arpa name).
     Resolve(String),
+    /// CONNECT_UDP (proposal 339; only to exits with `Datagram=1`).
+    ConnectUdp(ConnectUdp),
 }
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, ReactorError>>;
@@ -132,6 +137,16 @@ pub enum ChanCommand {
         /// Stream.
         stream: u16,
         /// Bytes.
+        data: Bytes,
+    },
+    /// Send one datagram on a UDP stream (dropped if the circuit's window
+    /// is closed; takes no queue slot).
+    Datagram {
+        /// Circuit.
+        circ_id: u32,
+        /// Stream.
+        stream: u16,
+        /// The datagram (at most 498 bytes).
         data: Bytes,
     },
     /// The application consumed data on a stream.
@@ -273,4 +288,7 @@ pub struct ClientFlowStats {
     pub invalid_cells: AtomicU64,
     /// XON/XOFF earlier than the data sent explains (obeyed, counted).
     pub early_xon_xoff: AtomicU64,
+    /// Datagrams dropped (circuit window closed, or the application's
+    /// queue full).
+    pub datagrams_dropped: AtomicU64,
 }

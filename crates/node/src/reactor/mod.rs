@@ -335,6 +335,7 @@ impl Reactor {
                     StreamRequest::Begin(b) => e.circ.begin(b),
                     StreamRequest::BeginDir => e.circ.begin_dir(),
                     StreamRequest::Resolve(n) => e.circ.resolve(n),
+                    StreamRequest::ConnectUdp(c) => e.circ.connect_udp(c),
                 };
                 match res {
                     Ok((sid, cell)) => {
@@ -372,6 +373,25 @@ impl Reactor {
                     // The stream is gone: drop the data, return the slot.
                     trace!("dropping data for a closed stream");
                     e.credits.add_permits(1);
+                }
+            }
+            ChanCommand::Datagram {
+                circ_id,
+                stream,
+                data,
+            } => {
+                let Some(e) = self.circuits.get_mut(&circ_id) else {
+                    return;
+                };
+                match e.circ.send_datagram(stream, &data, Instant::now()) {
+                    Ok(Some(cell)) => {
+                        self.out_cells.push(cell);
+                        self.send_out_cells(circ_id);
+                    }
+                    Ok(None) => {
+                        self.stats.datagrams_dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(err) => trace!("dropping a datagram: {err}"),
                 }
             }
             ChanCommand::Drained {
@@ -627,6 +647,22 @@ impl Reactor {
                 if let Some(s) = e.streams.remove(&stream) {
                     s.gate.close();
                     let _ = s.events.try_send(StreamEvent::End(reason));
+                }
+            }
+            CircEvent::ConnectedUdp { stream, theirs, .. } => {
+                if let Some(s) = e.streams.get(&stream) {
+                    let _ = s.events.try_send(StreamEvent::Connected(Some(theirs.ip())));
+                }
+            }
+            CircEvent::Datagram { stream, data } => {
+                // UDP: a datagram the application is too slow for is lost,
+                // the stream lives on.
+                if let Some(s) = e.streams.get(&stream)
+                    && s.events
+                        .try_send(StreamEvent::Datagram(Bytes::from(data)))
+                        .is_err()
+                {
+                    self.stats.datagrams_dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
             CircEvent::Resolved { stream, answers } => {

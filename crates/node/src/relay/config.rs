@@ -24,6 +24,12 @@ pub struct RelayConfig {
     /// Act as an exit.
     #[serde(default)]
     pub exit: bool,
+    /// As an exit, also carry UDP streams (CONNECT_UDP/DATAGRAM, proposal
+    /// 339 as docs/udp-over-tor.md describes; advertised as `Datagram=1`).
+    /// The exit policy applies to UDP targets as to TCP ones. Off by
+    /// default.
+    #[serde(default)]
+    pub exit_udp: bool,
     /// Exit policy lines in tor syntax (used when `exit` is set). As in
     /// tor, a policy that does not end in `accept *:*` or `reject *:*` is
     /// followed by tor's default exit policy; empty means the default.

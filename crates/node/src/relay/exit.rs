@@ -23,7 +23,8 @@ use onionmix_proto::xonxoff::STREAM_BUFFER_EXTRA_CELLS;
 use super::RelayCtx;
 use super::conflux::ExitSet;
 use super::reactor::{
-    DataSend, RCmd, RelayChanHandle, SharedCirc, originate_backward, try_originate_data,
+    DataSend, RCmd, RelayChanHandle, SharedCirc, originate_backward, try_originate_counted,
+    try_originate_data,
 };
 use crate::gate::StreamGate;
 
@@ -51,6 +52,8 @@ pub enum Request {
     Dir,
     /// RESOLVE.
     Resolve(String),
+    /// CONNECT_UDP (see `exit_udp`).
+    ConnectUdp(onionmix_cell::relay::ConnectUdp),
 }
 
 /// Where an exit stream's cells go: the circuit it was opened on, or the
@@ -84,6 +87,19 @@ impl StreamPath {
                 ..
             } => originate_backward(shared, origin, *circ_id, cmd, sid, data),
             StreamPath::Set(set) => set.lock().send_msg(&ctx.stats, cmd, sid, data),
+        }
+    }
+    /// Send one DATAGRAM if the circuit's window allows (UDP streams live
+    /// on one circuit: CONNECT_UDP is not multiplexed over conflux sets).
+    pub(super) fn try_send_datagram(&self, sid: u16, data: &[u8]) -> DataSend {
+        match self {
+            StreamPath::Circ {
+                shared,
+                origin,
+                circ_id,
+                ..
+            } => try_originate_counted(shared, origin, *circ_id, RelayCmd::DATAGRAM, sid, data),
+            StreamPath::Set(_) => DataSend::Closed,
         }
     }
     /// Send one DATA cell if a window allows.
@@ -163,14 +179,14 @@ pub struct ExitStream {
 }
 
 impl ExitStream {
-    fn send(&self, cmd: RelayCmd, data: &[u8]) -> bool {
+    pub(super) fn send(&self, cmd: RelayCmd, data: &[u8]) -> bool {
         self.path.send(&self.ctx, cmd, self.stream, data)
     }
-    fn end(&self, reason: u8) {
+    pub(super) fn end(&self, reason: u8) {
         self.send(RelayCmd::END, &End::new(reason).encode());
         self.closed();
     }
-    fn closed(&self) {
+    pub(super) fn closed(&self) {
         self.path.closed(&self.ctx, self.stream);
     }
     fn drained(&self, cells: u32, bytes: usize) {
@@ -227,6 +243,7 @@ pub async fn run(s: ExitStream, req: Request) {
         Request::Connect(b) => connect(s, b).await,
         Request::Resolve(name) => resolve(s, name).await,
         Request::Dir => dir(s).await,
+        Request::ConnectUdp(c) => super::exit_udp::connect_udp(s, c).await,
     }
 }
 
@@ -252,44 +269,59 @@ async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8
     }
 }
 
-async fn connect(mut s: ExitStream, b: Begin) {
-    if !s.ctx.cfg.exit {
-        s.end(end_reason::EXITPOLICY);
-        return;
-    }
-    let candidates = match &b.host {
+/// The address to connect a stream to `host:port` (`flags` as in
+/// BEGIN): resolved here, of an allowed family, passing the exit policy.
+/// `None` once the stream was ended (with the reason and, for a policy
+/// refusal, the address refused).
+pub(super) async fn pick_target(
+    s: &ExitStream,
+    host: &TargetHost,
+    port: u16,
+    flags: u32,
+) -> Option<IpAddr> {
+    let candidates = match host {
         TargetHost::Ip(ip) => vec![*ip],
-        TargetHost::Hostname(h) => match lookup(&s.ctx, h, b.port).await {
+        TargetHost::Hostname(h) => match lookup(&s.ctx, h, port).await {
             Ok(v) => v,
             Err(r) => {
                 s.end(r);
-                return;
+                return None;
             }
         },
     };
-    let v4_ok = b.flags & begin_flags::IPV4_NOT_OK == 0;
-    let v6_ok =
-        b.flags & begin_flags::IPV6_OK != 0 || matches!(b.host, TargetHost::Ip(IpAddr::V6(_)));
+    let v4_ok = flags & begin_flags::IPV4_NOT_OK == 0;
+    let v6_ok = flags & begin_flags::IPV6_OK != 0 || matches!(host, TargetHost::Ip(IpAddr::V6(_)));
     let mut usable: Vec<IpAddr> = candidates
         .iter()
         .copied()
         .filter(|a| (a.is_ipv4() && v4_ok) || (a.is_ipv6() && v6_ok))
         .collect();
-    if b.flags & begin_flags::IPV6_PREFERRED != 0 {
+    if flags & begin_flags::IPV6_PREFERRED != 0 {
         usable.sort_by_key(|a| a.is_ipv4());
     }
-    let Some(&addr) = usable.iter().find(|a| s.ctx.exit_policy.allows(a, b.port)) else {
-        let refused = usable.first().or(candidates.first()).copied();
-        let end = End {
-            reason: if refused.is_some() {
-                end_reason::EXITPOLICY
-            } else {
-                end_reason::RESOLVEFAILED
-            },
-            addr: refused.map(|a| (a, ANSWER_TTL)),
-        };
-        s.send(RelayCmd::END, &end.encode());
-        s.closed();
+    if let Some(&addr) = usable.iter().find(|a| s.ctx.exit_policy.allows(a, port)) {
+        return Some(addr);
+    }
+    let refused = usable.first().or(candidates.first()).copied();
+    let end = End {
+        reason: if refused.is_some() {
+            end_reason::EXITPOLICY
+        } else {
+            end_reason::RESOLVEFAILED
+        },
+        addr: refused.map(|a| (a, ANSWER_TTL)),
+    };
+    s.send(RelayCmd::END, &end.encode());
+    s.closed();
+    None
+}
+
+async fn connect(mut s: ExitStream, b: Begin) {
+    if !s.ctx.cfg.exit {
+        s.end(end_reason::EXITPOLICY);
+        return;
+    }
+    let Some(addr) = pick_target(&s, &b.host, b.port, b.flags).await else {
         return;
     };
     let sock = match tokio::time::timeout(

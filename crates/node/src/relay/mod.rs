@@ -7,6 +7,7 @@ pub mod control;
 pub mod dircache;
 pub mod dns;
 pub mod exit;
+pub mod exit_udp;
 pub mod extend;
 pub mod hs;
 pub mod idle;
@@ -104,6 +105,14 @@ pub struct RelayStats {
     pub conflux_cells_delivered: AtomicU64,
     /// ... of which waited in a reorder queue first.
     pub conflux_cells_reordered: AtomicU64,
+    /// UDP streams opened (CONNECT_UDP answered CONNECTED_UDP).
+    pub udp_streams: AtomicU64,
+    /// Datagrams from clients sent to targets.
+    pub datagrams_up: AtomicU64,
+    /// Datagrams from targets sent to clients.
+    pub datagrams_down: AtomicU64,
+    /// Datagrams dropped (queue or circuit window full, too large).
+    pub datagrams_dropped: AtomicU64,
 }
 
 /// Everything the relay's tasks share.
@@ -650,6 +659,13 @@ pub fn status(ctx: &RelayCtx) -> serde_json::Value {
         "exit_bytes_up": n(&s.exit_bytes_up),
         "quic_port": ctx.quic.port(),
         "links": ctx.queues.links_json(),
+        "udp": {
+            "enabled": ctx.cfg.exit && ctx.cfg.exit_udp,
+            "streams": n(&s.udp_streams),
+            "datagrams_up": n(&s.datagrams_up),
+            "datagrams_down": n(&s.datagrams_down),
+            "datagrams_dropped": n(&s.datagrams_dropped),
+        },
         "congestion_control": {
             "enabled": cc.enabled(),
             "sendme_inc": cc.sendme_inc,

@@ -17,17 +17,23 @@ use super::RelayCtx;
 /// What the descriptor's `proto` line says, true to what this relay
 /// serves: congestion control (FlowCtrl=2, proposal 324) as an exit;
 /// introduction point with and without proposal 305's DoS extension,
-/// rendezvous point; `Conflux=1` (proposal 329) while conflux is on; and
-/// `DirCache=2` and `HSDir=2` for a relay that answers `BEGIN_DIR`
+/// rendezvous point; `Conflux=1` (proposal 329) while conflux is on;
+/// `Datagram=1` only for an exit that carries UDP streams
+/// (docs/udp-over-tor.md), so no client ever sends CONNECT_UDP elsewhere;
+/// and `DirCache=2` and `HSDir=2` for a relay that answers `BEGIN_DIR`
 /// (clients, Arti's among them, take only directory caches with
 /// `DirCache=2` as guards; onion-service descriptors are published and
 /// fetched over `BEGIN_DIR`, so only a directory cache is an HSDir).
-pub fn protocols(dir_cache: bool, conflux: bool) -> String {
+pub fn protocols(dir_cache: bool, conflux: bool, datagram: bool) -> String {
     let mut parts = Vec::new();
     if conflux {
         parts.push("Conflux=1");
     }
-    parts.extend(["Cons=1-2", "Desc=1-2"]);
+    parts.push("Cons=1-2");
+    if datagram {
+        parts.push("Datagram=1");
+    }
+    parts.push("Desc=1-2");
     if dir_cache {
         parts.push("DirCache=2");
     }
@@ -73,7 +79,11 @@ pub fn descriptor(ctx: &RelayCtx) -> Result<String, String> {
         or_port: ctx.or_port(),
         dir_port: 0,
         platform: PLATFORM.into(),
-        protocols: protocols(ctx.dir.is_some(), ctx.cfg.conflux),
+        protocols: protocols(
+            ctx.dir.is_some(),
+            ctx.cfg.conflux,
+            ctx.cfg.exit && ctx.cfg.exit_udp,
+        ),
         published: now_unix(),
         uptime: ctx.started.elapsed().as_secs(),
         bandwidth: (
@@ -232,13 +242,13 @@ mod tests {
     #[test]
     fn proto_line_meets_what_authorities_require_and_recommend() {
         let lines = onionmix_netdoc::vote::default_protocol_lines();
-        let ours: Protocols = protocols(true, true).parse().unwrap();
+        let ours: Protocols = protocols(true, true, false).parse().unwrap();
         for line in [&lines[1], &lines[3]] {
             let want: Protocols = line.parse().unwrap();
             assert!(ours.missing_from(&want).is_empty(), "{line}");
         }
         // Without a directory cache the relay does not claim one.
-        let no_cache: Protocols = protocols(false, true).parse().unwrap();
+        let no_cache: Protocols = protocols(false, true, false).parse().unwrap();
         let want: Protocols = lines[3].parse().unwrap();
         assert_eq!(
             no_cache.missing_from(&want),
@@ -246,10 +256,16 @@ mod tests {
         );
         // Conflux=1 exactly while conflux is on (stock tor lists it first).
         assert_eq!(
-            protocols(true, true),
+            protocols(true, true, false),
             "Conflux=1 Cons=1-2 Desc=1-2 DirCache=2 FlowCtrl=1-2 HSDir=2 HSIntro=4-5 HSRend=2 Link=4-5 LinkAuth=3 Microdesc=1-2 Relay=2-4"
         );
-        let off: Protocols = protocols(true, false).parse().unwrap();
+        let off: Protocols = protocols(true, false, false).parse().unwrap();
         assert_eq!(off.missing_from(&ours), vec![("Conflux".to_string(), 1)]);
+        // A UDP exit says so, in order.
+        let udp = protocols(false, false, true);
+        assert!(udp.starts_with("Cons=1-2 Datagram=1 Desc=1-2"), "{udp}");
+        let p: Protocols = udp.parse().unwrap();
+        assert!(p.supports("Datagram", 1));
+        assert!(!protocols(true, true, false).contains("Datagram"));
     }
 }

@@ -2,13 +2,24 @@
 //!
 //! The sans-IO core (`onionmix-tunnel`) decides what to do with each IP
 //! packet; this module owns the operating-system side: the per-program
-//! network namespace ([`netns`]) and the TUN device inside it ([`dev`]).
-//! The packet loop (TUN -> core -> user-space TCP -> SOCKS) is not built
-//! yet; see crates/tunnel/README.md.
+//! network namespace ([`netns`]), the TUN device inside it ([`dev`]),
+//! and the packet loop ([`driver`]: TUN -> core -> user-space TCP, fallback
+//! DNS and UDP streams -> an [`driver::Upstream`]).
 
 pub mod dev;
 pub mod driver;
 pub mod netns;
+pub mod procnet;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// The namespace's own IPv4 address (on the TUN device).
+pub const APP_V4: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
+/// The namespace's own IPv6 address (a ULA outside the synthetic /64).
+pub const APP_V6: Ipv6Addr = Ipv6Addr::new(0xfd6f, 0x6e69, 0x6f6e, 0x7400, 0, 0, 0, 1);
+/// The tunnel resolver's IPv6 address (in the default synthetic /64,
+/// reserved there).
+pub const RESOLVER_V6: Ipv6Addr = Ipv6Addr::new(0xfd6f, 0x6e69, 0x6f6e, 0x7475, 0, 0, 0, 1);
 
 /// Errors of the tunnel drivers' system plumbing.
 #[derive(Debug, thiserror::Error)]

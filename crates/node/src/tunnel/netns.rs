@@ -25,11 +25,22 @@ impl Namespace {
     /// Create a namespace named `omx<pid>-<n>` (unique per process and
     /// call) and bring its `lo` up.
     pub fn create() -> Result<Self, SysError> {
+        Self::create_named(None)
+    }
+
+    /// Create a namespace named `name` (1-15 of `[A-Za-z0-9_-]`; it must
+    /// not exist), or `omx<pid>-<n>` with `None`, and bring its `lo` up.
+    pub fn create_named(name: Option<&str>) -> Result<Self, SysError> {
         if !super::is_root() {
             return Err(SysError::NotRoot);
         }
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name = format!("omx{}-{n}", std::process::id());
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                format!("omx{}-{n}", std::process::id())
+            }
+        };
         check_name(&name)?;
         ip(&["netns", "add", &name])?;
         // From here on, Drop cleans up.

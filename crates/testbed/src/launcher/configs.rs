@@ -328,7 +328,7 @@ fn write_onionmix_relay_config(
     );
     if role == Role::Exit {
         s.push_str(&format!(
-            "exit = true\nexit_policy = [\"accept {}/8:*\"]\nexit_policy_reject_private = false\n",
+            "exit = true\nexit_udp = true\nexit_policy = [\"accept {}/8:*\"]\nexit_policy_reject_private = false\n",
             torrc_net(&i.address)
         ));
         if let Some(ns) = nameserver {

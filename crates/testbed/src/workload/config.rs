@@ -135,6 +135,21 @@ pub struct WorkloadConfig {
     /// name).
     #[serde(default)]
     pub target: Option<String>,
+    /// Path length: pin every stream of the measured client to one
+    /// circuit of this many hops (relays from the network's `relay`
+    /// nodes, then one of its exits), built and attached through the
+    /// client's control port (EXTENDCIRCUIT, ATTACHSTREAM; stock tor and
+    /// onionmix). `None`: the client chooses (three hops). Seed 002
+    /// compared 2 and 3 relays. `onionmix measure` only.
+    #[serde(default)]
+    pub hops: Option<usize>,
+    /// How the workload reaches the client: `"socks"` (its SOCKS port)
+    /// and/or `"tunnel"` (an `onionmix tunnel` in front of that SOCKS port:
+    /// the workload connects from inside the tunnel's namespace, by the
+    /// sink's name through the tunnel's resolver). Each path is its own
+    /// series. `onionmix measure` only.
+    #[serde(default = "d_paths")]
+    pub paths: Vec<String>,
 }
 
 /// `streams = 3` or `streams = [1, 3]`.
@@ -151,6 +166,9 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<usize>, D::
     })
 }
 
+fn d_paths() -> Vec<String> {
+    vec!["socks".into()]
+}
 fn d_runs() -> u32 {
     10
 }
@@ -276,6 +294,15 @@ impl WorkloadConfig {
         if c.interval_ms == 0 || c.page_bytes == 0 {
             return bad("interval_ms / page_bytes");
         }
+        if c.hops.is_some_and(|h| !(2..=8).contains(&h)) {
+            return bad("hops (2-8)");
+        }
+        if c.paths.is_empty()
+            || c.paths.len() > 2
+            || c.paths.iter().any(|p| p != "socks" && p != "tunnel")
+        {
+            return bad("paths (\"socks\" and/or \"tunnel\")");
+        }
         match c.onion_target() {
             Ok(Some(_)) if c.https => {
                 return bad("target: HTTPS goes to the sink's own address, not an onion service");
@@ -356,9 +383,19 @@ mod tests {
             "workload = \"bulk\"\ntarget = \"onion:\"",
             "workload = \"bulk\"\ntarget = \"elsewhere\"",
             "workload = \"session\"\nhttps = true\ntarget = \"onion:hs0\"",
+            "workload = \"goodput\"\nhops = 1",
+            "workload = \"goodput\"\nhops = 9",
+            "workload = \"goodput\"\npaths = []",
+            "workload = \"goodput\"\npaths = [\"vpn\"]",
         ] {
             assert!(WorkloadConfig::parse(bad).is_err(), "{bad}");
         }
+        let c = WorkloadConfig::parse(
+            "workload = \"goodput\"\nhops = 2\npaths = [\"socks\", \"tunnel\"]",
+        )
+        .unwrap();
+        assert_eq!((c.hops, c.paths.len()), (Some(2), 2));
+        assert_eq!(WorkloadConfig::named("goodput").unwrap().paths, ["socks"]);
         let c = WorkloadConfig::parse("workload = \"voip\"\ntarget = \"onion:omhs0\"").unwrap();
         assert_eq!(c.onion_target(), Ok(Some("omhs0")));
         let c = WorkloadConfig::parse("workload = \"bulk\"\ntarget = \"sink\"").unwrap();

@@ -26,7 +26,7 @@ async fn connect_opt(
     optimistic: bool,
     timeout: Duration,
 ) -> Result<Conn, String> {
-    if optimistic && !ep.direct {
+    if optimistic && !ep.direct && ep.tunnel.is_none() {
         let auth = user.map(|u| (u, "x"));
         let s = socks::connect_pipelined(ep.socks, &Target::Addr(target), auth, timeout)
             .await
@@ -42,6 +42,14 @@ pub(super) async fn connect(
     user: Option<&str>,
     timeout: Duration,
 ) -> Result<TcpStream, String> {
+    if let Some(t) = &ep.tunnel {
+        // Inside the tunnel's namespace, by name: the tunnel's resolver
+        // answers (a synthetic address whose name the exit resolves).
+        let ip = resolve_in(t, timeout).await?;
+        let s = connect_from(&t.netns, SocketAddr::new(ip, target.port()), timeout).await?;
+        let _ = s.set_nodelay(true);
+        return Ok(s);
+    }
     if ep.direct {
         let s = match &ep.netns {
             None => tokio::time::timeout(timeout, TcpStream::connect(target))
@@ -85,6 +93,44 @@ async fn connect_from(
     s.set_nonblocking(true)
         .map_err(|e| format!("connect: {e}"))?;
     TcpStream::from_std(s).map_err(|e| format!("connect: {e}"))
+}
+
+/// The address the tunnel's resolver gives `t.host` (A), asked from
+/// inside the tunnel's namespace.
+async fn resolve_in(t: &super::TunnelVia, timeout: Duration) -> Result<std::net::IpAddr, String> {
+    use onionmix_tunnel::dns::wire;
+    let id = rand::random::<u16>();
+    let q = wire::build_query(id, &t.host, wire::TYPE_A)
+        .ok_or_else(|| format!("cannot ask for {:?}", t.host))?;
+    let resolver = t.resolver;
+    let ask = move || -> Result<Vec<u8>, String> {
+        let any: SocketAddr = if resolver.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let s = std::net::UdpSocket::bind(any).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        s.connect(resolver).map_err(|e| e.to_string())?;
+        s.send(&q).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 512];
+        let n = s
+            .recv(&mut buf)
+            .map_err(|e| format!("no DNS answer: {e}"))?;
+        buf.truncate(n);
+        Ok(buf)
+    };
+    let h = onionmix_emu::netns::run_in(&t.netns, ask)
+        .map_err(|e| format!("namespace {}: {e}", t.netns))?;
+    let answer = tokio::task::spawn_blocking(move || h.join())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|_| "the resolving thread panicked".to_string())?
+        .map_err(|e| format!("namespace {}: {e}", t.netns))??;
+    wire::parse_answer(&answer, id)
+        .and_then(|a| a.into_iter().next())
+        .ok_or_else(|| format!("{}: no address from the tunnel's resolver", t.host))
 }
 
 /// Timings of opening a connection to the sink's web server.

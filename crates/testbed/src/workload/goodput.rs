@@ -98,7 +98,24 @@ pub(super) async fn goodput(
         Ok::<u64, String>(counted)
     };
     let futs: Vec<_> = (0..streams).map(|_| one(user.clone())).collect();
-    let results = futures_join_all(futs).await;
+    // CPU time of the path's processes over the measured window.
+    let cpu_sample = || -> Vec<Option<Duration>> {
+        ep.cpu
+            .iter()
+            .map(|(_, pid)| crate::proc::cpu_time(*pid))
+            .collect()
+    };
+    let cpu = async {
+        tokio::time::sleep_until((t0 + warm).into()).await;
+        let a = cpu_sample();
+        tokio::time::sleep_until((t0 + warm + span).into()).await;
+        let b = cpu_sample();
+        a.into_iter()
+            .zip(b)
+            .map(|(a, b)| b.zip(a).map(|(b, a)| b.saturating_sub(a)))
+            .collect::<Vec<_>>()
+    };
+    let (results, cpu) = tokio::join!(futures_join_all(futs), cpu);
     let mut total = 0u64;
     for res in results {
         match res {
@@ -110,6 +127,26 @@ pub(super) async fn goodput(
         }
     }
     r.metrics.insert("bytes".into(), total as f64);
+    let mut cpu_total = Duration::ZERO;
+    let mut all = !ep.cpu.is_empty();
+    for ((name, _), d) in ep.cpu.iter().zip(&cpu) {
+        match d {
+            Some(d) => {
+                r.metrics
+                    .insert(format!("cpu_ms_{name}"), d.as_secs_f64() * 1e3);
+                cpu_total += *d;
+            }
+            None => all = false,
+        }
+    }
+    if all && total > 0 {
+        let ms = cpu_total.as_secs_f64() * 1e3;
+        r.metrics.insert("cpu_ms".into(), ms);
+        r.metrics.insert(
+            "cpu_ms_per_mib".into(),
+            ms / (total as f64 / (1u64 << 20) as f64),
+        );
+    }
     r.metrics
         .insert("mbps".into(), total as f64 * 8.0 / span.as_secs_f64() / 1e6);
     r

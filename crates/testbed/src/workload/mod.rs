@@ -71,6 +71,23 @@ pub struct Endpoint {
     pub control: Option<(SocketAddr, PathBuf)>,
     /// Reach the sink through this onion service (`target = "onion:..."`).
     pub onion: Option<OnionTarget>,
+    /// Reach the sink through the transparent tunnel instead of SOCKS.
+    pub tunnel: Option<TunnelVia>,
+    /// Processes whose CPU time `goodput` records over its measured
+    /// window (name, pid): the client, the tunnel.
+    pub cpu: Vec<(String, u32)>,
+}
+
+/// The transparent tunnel in front of the client: connections are made
+/// inside `netns` to `host` as the tunnel's resolver answers for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelVia {
+    /// The tunnel's namespace.
+    pub netns: String,
+    /// Its resolver (UDP port 53).
+    pub resolver: SocketAddr,
+    /// The sink's name (resolved by the exits).
+    pub host: String,
 }
 
 /// An onion service in front of the sink.
@@ -95,6 +112,8 @@ impl Endpoint {
             fresh: None,
             control: None,
             onion: None,
+            tunnel: None,
+            cpu: Vec::new(),
             ..self.clone()
         }
     }

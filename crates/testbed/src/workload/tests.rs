@@ -78,6 +78,8 @@ async fn workloads_produce_records() {
         fresh: None,
         control: None,
         onion: None,
+        tunnel: None,
+        cpu: Vec::new(),
     };
     let quick = |w: &str| {
         let mut c = WorkloadConfig::named(w).unwrap();

@@ -130,6 +130,12 @@ pub fn answer_resolved(query: &Query, addrs: Option<&[IpAddr]>, c: &mut Counters
     }
 }
 
+/// SERVFAIL for `query`: the network could not be asked (fallback mode).
+pub fn answer_failed(query: &Query, c: &mut Counters) -> Vec<u8> {
+    counters::inc(&mut c.dns_refused);
+    wire::build_answer(query, Rcode::ServFail, &[], 0)
+}
+
 /// A name that can go in BEGIN: labels of letters, digits, '-' and '_'.
 fn valid_hostname(name: &str) -> bool {
     !name.is_empty()

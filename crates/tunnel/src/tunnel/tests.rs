@@ -256,6 +256,109 @@ fn modes_through_the_tunnel() {
     assert_eq!(t.counters().drops_total(), 0);
 }
 
+#[test]
+fn ipv6_like_ipv4() {
+    let now = Instant::now();
+    let mut cfg = TunnelConfig::default();
+    cfg.policy.resolver_v6 = Some("fd6f:6e69:6f6e:7475::1".parse().unwrap());
+    let mut t = Tunnel::new(cfg);
+    let app6 = sa("[fd6f:6e69:6f6e:7400::1]:5353");
+    let res6 = sa("[fd6f:6e69:6f6e:7475::1]:53");
+    let q = wire::build_query(5, "example.com", wire::TYPE_AAAA).unwrap();
+    let mut p = udp_packet(app6, res6, &q, 64).unwrap();
+    let Output::Reply(r) = t.on_packet(now, None, &mut p) else {
+        panic!()
+    };
+    let ip = parse_ip(&r).unwrap();
+    let addrs = wire::parse_answer(&r[ip.l4 + 8..], 5).unwrap();
+    let IpAddr::V6(a) = addrs[0] else { panic!() };
+    assert!(t.mapping().is_synthetic(IpAddr::V6(a)));
+    assert_ne!(
+        IpAddr::V6(a),
+        res6.ip(),
+        "the resolver's address is reserved"
+    );
+    let mut syn = tcp_pkt(
+        sa("[fd6f:6e69:6f6e:7400::1]:40000"),
+        SocketAddr::new(IpAddr::V6(a), 443),
+        tcp_flags::SYN,
+        1,
+        b"",
+    );
+    let Output::OpenStream { target, .. } = t.on_packet(now, None, &mut syn) else {
+        panic!()
+    };
+    assert_eq!(target, Target::Host("example.com".into(), 443));
+    // The same name over A gets an IPv4 address of the same mapping.
+    assert!(resolve(&mut t, now, "example.com").is_ipv4());
+}
+
+#[test]
+fn udp_carried_refused_and_answered() {
+    let now = Instant::now();
+    let mut cfg = TunnelConfig::default();
+    cfg.policy.carry_udp = true;
+    let mut t = Tunnel::new(cfg);
+    let ip = resolve(&mut t, now, "echo.example");
+    let dst = SocketAddr::new(ip, 7);
+    let mut p = udp_packet(sa(APP), dst, b"ping", 64).unwrap();
+    let Output::UdpOpen { id, target, .. } = t.on_packet(now, Some(3), &mut p) else {
+        panic!()
+    };
+    assert_eq!(target, Target::Host("echo.example".into(), 7));
+    assert_eq!(t.udp_opened(now, id), vec![b"ping".to_vec()]);
+    let mut p2 = udp_packet(sa(APP), dst, b"again", 64).unwrap();
+    assert_eq!(
+        t.on_packet(now, None, &mut p2),
+        Output::UdpSend {
+            id,
+            payload: b"again".to_vec()
+        }
+    );
+    // The answer comes from the synthetic address to the application.
+    let back = t.udp_from_exit(now, id, b"pong").unwrap();
+    let bi = parse_ip(&back).unwrap();
+    assert_eq!((bi.src, bi.dst), (ip, sa(APP).ip()));
+    assert!(back.ends_with(b"pong"));
+    // The flow holds the mapping; once closed, the mapping is purged.
+    t.expire(now + Duration::from_secs(600));
+    assert!(
+        t.mapping()
+            .name_of(now + Duration::from_secs(600), ip)
+            .is_some()
+    );
+    t.udp_closed(now + Duration::from_secs(600), id);
+    t.expire(now + Duration::from_secs(670));
+    assert!(
+        t.mapping()
+            .name_of(now + Duration::from_secs(670), ip)
+            .is_none()
+    );
+
+    // A flow the network cannot carry (stock tor) gets port unreachable.
+    let other = sa("192.0.2.9:4000");
+    let mut q = udp_packet(sa(APP), other, b"x", 64).unwrap();
+    let Output::UdpOpen { id, .. } = t.on_packet(now, None, &mut q) else {
+        panic!()
+    };
+    let icmp = t.udp_failed(now, id).unwrap();
+    let ii = parse_ip(&icmp).unwrap();
+    assert_eq!((icmp[ii.l4], icmp[ii.l4 + 1]), (3, 3), "port unreachable");
+    let mut q2 = udp_packet(sa(APP), other, b"y", 64).unwrap();
+    assert!(matches!(t.on_packet(now, None, &mut q2), Output::Reply(_)));
+    assert_eq!(t.counters().udp_flows_refused, 1);
+    assert_eq!(t.counters().icmp_unreachable, 2);
+    // UDP to a synthetic address nobody was given: host unreachable.
+    let mut u = udp_packet(sa(APP), sa("198.18.200.1:9"), b"z", 64).unwrap();
+    let Output::Reply(r) = t.on_packet(now, None, &mut u) else {
+        panic!()
+    };
+    let ri = parse_ip(&r).unwrap();
+    assert_eq!((r[ri.l4], r[ri.l4 + 1]), (3, 1));
+    let st = t.status(now);
+    assert_eq!((st.udp_flows, st.udp_flows_open), (1, 0));
+}
+
 proptest::proptest! {
     #[test]
     fn arbitrary_packets_never_panic(packets in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120), 1..8)) {

@@ -20,6 +20,7 @@ fn hop(n: u8) -> HopTarget {
         optimistic_data: false,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     }
 }

@@ -188,6 +188,7 @@ pub fn hop_from_link_specs(
         optimistic_data: false,
         flowctrl_cc: false,
         quic_port: None,
+        datagram: false,
         params: None,
     })
 }

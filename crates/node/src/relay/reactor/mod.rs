@@ -588,6 +588,15 @@ fn fwd_buf_in<'a>(
     &mut fwd[idx].1
 }
 
+/// An unencrypted relay cell body (random padding); `None` if `data` does
+/// not fit.
+fn plain_cell(cmd: RelayCmd, sid: u16, data: &[u8]) -> Option<[u8; PAYLOAD_LEN]> {
+    let mut body = [0u8; PAYLOAD_LEN];
+    let mut rng = rand::thread_rng();
+    relay::write(&mut body, cmd, sid, data, |p| rng.fill(p)).ok()?;
+    Some(body)
+}
+
 /// Encrypt a cell originated at this relay towards the client and queue it
 /// on the client-side channel, inside the circuit lock so that cells from
 /// the reactor and from exit streams keep the order they were encrypted in.
@@ -601,11 +610,9 @@ pub fn originate_backward(
     sid: u16,
     data: &[u8],
 ) -> bool {
-    let mut body = [0u8; PAYLOAD_LEN];
-    let mut rng = rand::thread_rng();
-    if relay::write(&mut body, cmd, sid, data, |p| rng.fill(p)).is_err() {
+    let Some(mut body) = plain_cell(cmd, sid, data) else {
         return false;
-    }
+    };
     let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);
     let mut g = lock(shared);
     g.layer.originate_backward(&mut body);
@@ -639,11 +646,22 @@ pub fn try_originate_data(
     sid: u16,
     data: &[u8],
 ) -> DataSend {
-    let mut body = [0u8; PAYLOAD_LEN];
-    let mut rng = rand::thread_rng();
-    if relay::write(&mut body, RelayCmd::DATA, sid, data, |p| rng.fill(p)).is_err() {
+    try_originate_counted(shared, chan, circ_id, RelayCmd::DATA, sid, data)
+}
+
+/// [`try_originate_data`] for any message the circuit's window counts
+/// (DATA, DATAGRAM).
+pub fn try_originate_counted(
+    shared: &SharedCirc,
+    chan: &RelayChanHandle,
+    circ_id: u32,
+    cmd: RelayCmd,
+    sid: u16,
+    data: &[u8],
+) -> DataSend {
+    let Some(mut body) = plain_cell(cmd, sid, data) else {
         return DataSend::Closed;
-    }
+    };
     let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);
     let mut g = lock(shared);
     if g.closed {

@@ -64,6 +64,8 @@ impl Reactor {
                 });
             }
             a @ (Inbound::Begin { .. }
+            | Inbound::ConnectUdp { .. }
+            | Inbound::Datagram { .. }
             | Inbound::BeginDir { .. }
             | Inbound::Resolve { .. }
             | Inbound::Data { .. }

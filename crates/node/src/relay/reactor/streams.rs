@@ -1,5 +1,5 @@
 //! Exit-stream messages from the client (BEGIN, BEGIN_DIR, RESOLVE, DATA,
-//! END, XON, XOFF) acted on for whatever holds the streams: one circuit
+//! END, XON, XOFF, CONNECT_UDP, DATAGRAM) acted on for whatever holds the streams: one circuit
 //! (its origin entry) or a conflux set (all its legs).
 
 use super::*;
@@ -100,6 +100,28 @@ pub(crate) fn open_exit_stream(
     tokio::spawn(exit::run(s, req));
 }
 
+/// Open an exit stream (BEGIN, CONNECT_UDP) unless `anonymous` is false
+/// (the circuit's previous hop is a client): as stock tor, no exit streams
+/// on a client's first hop (BEGIN_DIR and RESOLVE are still served).
+fn exit_stream_unless_one_hop(
+    ctx: &Arc<RelayCtx>,
+    host: &mut dyn StreamHost,
+    stream: u16,
+    req: exit::Request,
+    anonymous: bool,
+) {
+    if anonymous {
+        open_exit_stream(ctx, host, stream, req, anonymous);
+    } else {
+        debug!("refused an exit stream on the first hop of a client's circuit");
+        ctx.stats
+            .single_hop_begins_refused
+            .fetch_add(1, Ordering::Relaxed);
+        host.flow().stream_closed(stream);
+        host.send(RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
+    }
+}
+
 /// Act on a stream message for `host`; `from_client`: the circuit it came
 /// on has a client (an unauthenticated connection) as previous hop.
 /// Anything that is not a stream message is ignored here.
@@ -112,17 +134,18 @@ pub(crate) fn stream_action(
     let anonymous = !from_client || ctx.cfg.allow_single_hop_exits;
     match action {
         Inbound::Begin { stream, begin } => {
-            if !anonymous {
-                // As stock tor: no exit streams on a client's first hop
-                // (BEGIN_DIR and RESOLVE are still served).
-                debug!("refused BEGIN on the first hop of a client's circuit");
-                ctx.stats
-                    .single_hop_begins_refused
-                    .fetch_add(1, Ordering::Relaxed);
-                host.flow().stream_closed(stream);
-                host.send(RelayCmd::END, stream, &[end_reason::TORPROTOCOL]);
-            } else {
-                open_exit_stream(ctx, host, stream, exit::Request::Connect(begin), anonymous);
+            exit_stream_unless_one_hop(ctx, host, stream, exit::Request::Connect(begin), anonymous);
+        }
+        Inbound::ConnectUdp { stream, connect } => {
+            let req = exit::Request::ConnectUdp(connect);
+            exit_stream_unless_one_hop(ctx, host, stream, req, anonymous);
+        }
+        Inbound::Datagram { stream, data } => {
+            // UDP: a full queue drops the datagram, the stream lives.
+            if let Some(s) = host.txs().get(&stream)
+                && s.data.try_send(Bytes::copy_from_slice(data)).is_err()
+            {
+                ctx.stats.datagrams_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
         Inbound::BeginDir { stream } => {

@@ -266,6 +266,7 @@ mod tests {
             optimistic_data: false,
             flowctrl_cc: false,
             quic_port: None,
+            datagram: false,
             params: None,
         }
     }
