@@ -65,8 +65,8 @@ pub enum StreamPath {
     Circ {
         /// Circuit crypto and sending state.
         shared: SharedCirc,
-        /// The client-side channel.
-        origin: RelayChanHandle,
+        /// The client-side channel (boxed: the set variant is one pointer).
+        origin: Box<RelayChanHandle>,
         /// Circuit ID on it.
         circ_id: u32,
         /// Woken when the circuit's window opens or the circuit closes.

@@ -231,7 +231,7 @@ impl StreamHost for CircHost<'_> {
     fn path(&self) -> StreamPath {
         StreamPath::Circ {
             shared: self.o.shared.clone(),
-            origin: self.me.clone(),
+            origin: Box::new(self.me.clone()),
             circ_id: self.id,
             window_open: self.o.window_open.clone(),
         }
