@@ -28,6 +28,7 @@
 pub mod cells;
 pub mod circuits;
 pub mod conflux;
+pub mod control;
 pub mod crypto;
 pub mod emu;
 pub mod fixtures;
@@ -46,6 +47,7 @@ mod input;
 pub use cells::{cell_codec, relay_msg};
 pub use circuits::{chan_initiator, chan_responder, circ_client, circ_relay};
 pub use conflux::conflux;
+pub use control::control_port;
 pub use crypto::{circuit_handshake, ed25519_cert, link_certs, x509_cert};
 pub use emu::emu_packet;
 pub use frontend::{onion_addr, socks};
@@ -113,6 +115,7 @@ pub const TARGETS: &[Target] = &[
     // crates/frontend
     t("socks", socks, 30_000),
     t("onion_addr", onion_addr, 20_000),
+    t("control_port", control_port, 20_000),
     // crates/http
     t("http_request", http_request, 20_000),
     t("http_response", http_response, 20_000),

@@ -135,6 +135,7 @@ targets!(
     netdoc_types,
     socks,
     onion_addr,
+    control_port,
     http_request,
     http_response,
     http_chunked,

@@ -3,6 +3,42 @@
 use super::{Seed, cat};
 
 pub(super) fn frontend(out: &mut Vec<Seed>) {
+    // Control port: first byte odd = authenticated with the cookie first;
+    // its upper bits choose the read sizes (254: whole).
+    for (name, sel, text) in [
+        (
+            "protocolinfo-auth",
+            254u8,
+            "PROTOCOLINFO 1\r\nAUTHENTICATE \"wrong\"\r\nGETINFO version\r\n",
+        ),
+        (
+            "getinfo-conf",
+            255,
+            "GETINFO version circuit-status address nope\r\nGETCONF DisableNetwork SocksPort\r\nSETCONF DisableNetwork=1\r\nRESETCONF DisableNetwork\r\nQUIT\r\n",
+        ),
+        (
+            "events-signal",
+            9,
+            "SETEVENTS CIRC STREAM BW\r\nSIGNAL NEWNYM\r\nSIGNAL BOGUS\r\nSETEVENTS NOPE\r\n",
+        ),
+        (
+            "circuits",
+            255,
+            "EXTENDCIRCUIT 0 $AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA purpose=general\r\nATTACHSTREAM 3 7\r\nCLOSESTREAM 3 1\r\nCLOSECIRCUIT 7 IfUnused\r\nSETCIRCUITPURPOSE 7 purpose=controller\r\n",
+        ),
+        (
+            "onion",
+            255,
+            "ADD_ONION NEW:ED25519-V3 Flags=DiscardPK Port=80,127.0.0.1:8080\r\nDEL_ONION aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\nONION_CLIENT_AUTH_VIEW\r\nHSFETCH 25njqamcweflpvkl73j4szahhihoc4xt3ktcgjnpaingr5yhkenl5sid\r\n",
+        ),
+        (
+            "quoting-data",
+            255,
+            "SETCONF DisableNetwork=\"1\\\"x\"\r\n+HSPOST\r\nhs-descriptor 3\r\n..dotted\r\n.\r\nTAKEOWNERSHIP\r\nDROPOWNERSHIP\r\nMAPADDRESS a=b\r\n",
+        ),
+    ] {
+        out.push(("control_port", name.into(), cat(&[&[sel], text.as_bytes()])));
+    }
     let socks: [(&str, Vec<u8>); 8] = [
         (
             "v5-host",

@@ -509,14 +509,18 @@ async fn connect_via(
     )
     .with_auth(&auth, vec![my_addr])
     .with_peer_addr(addr.ip());
-    let (est, leftover) =
-        match crate::glue::drive_initiator_handshake(&mut conn, hs, LINK_HANDSHAKE_TIMEOUT).await {
-            Ok(x) => x,
-            Err(e) => {
-                conn.fail(onionmix_link::quic::codes::AUTH_FAILED);
-                return Err(e.to_string());
-            }
-        };
+    // The link's bytes are counted from the handshake on (`traffic/*`).
+    let driven = {
+        let mut counted = Counted::new(&mut conn, ctx.control.traffic.clone());
+        crate::glue::drive_initiator_handshake(&mut counted, hs, LINK_HANDSHAKE_TIMEOUT).await
+    };
+    let (est, leftover) = match driven {
+        Ok(x) => x,
+        Err(e) => {
+            conn.fail(onionmix_link::quic::codes::AUTH_FAILED);
+            return Err(e.to_string());
+        }
+    };
     let io = channel_io(ctx, conn, est.codec.clone(), leftover).map_err(|e| e.to_string())?;
     ctx.known.learn(addr.ip(), std::time::Instant::now());
     Ok(spawn_relay_reactor(
@@ -543,14 +547,23 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit
             .await
             .map_err(|e| format!("TLS accept failed: {e}"))?;
         let hs = ResponderHandshake::new(links.id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
-        let exporter = |t: &onionmix_link::tls::TlsStream, ctx_bytes: &[u8; 32]| {
-            t.export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
+        // The link's bytes are counted from the handshake on.
+        let mut counted = Counted::new(&mut tls, ctx.control.traffic.clone());
+        let exporter = |t: &Counted<&mut onionmix_link::tls::TlsStream, _>,
+                        ctx_bytes: &[u8; 32]| {
+            t.get_ref()
+                .export(onionmix_link::tls::AUTH3_EXPORTER_LABEL, ctx_bytes)
                 .ok()
         };
-        let (acc, input) =
-            crate::glue::drive_responder_handshake(&mut tls, hs, exporter, LINK_HANDSHAKE_TIMEOUT)
-                .await
-                .map_err(|e| e.to_string())?;
+        let (acc, input) = crate::glue::drive_responder_handshake(
+            &mut counted,
+            hs,
+            exporter,
+            LINK_HANDSHAKE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        drop(counted);
         Ok::<_, String>((acc, input, LinkConn::Tls(Box::new(tls))))
     };
     match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
@@ -562,8 +575,8 @@ async fn accept_one(ctx: Arc<RelayCtx>, tcp: TcpStream, peer: SocketAddr, permit
 
 /// A relay channel's I/O tasks (circuits may be created in both
 /// directions). A TLS link's bytes are counted for the control port's
-/// `traffic/*` and BW events from here on (the link handshake's few
-/// kilobytes are not); a QUIC link's are not counted there yet.
+/// `traffic/*` and BW events (its handshake was counted by the caller); a
+/// QUIC link's are not (apart from an outbound one's link handshake).
 fn channel_io(
     ctx: &Arc<RelayCtx>,
     conn: LinkConn,
