@@ -1,4 +1,5 @@
 use super::*;
+use crate::chan::Create2;
 
 fn roundtrip(m: RelayMsg<'_>) {
     let mut body = [0u8; PAYLOAD_LEN];

@@ -22,7 +22,8 @@ use onionmix_link::tls::AUTH3_EXPORTER_LABEL;
 use onionmix_link::{LinkConn, QuicStream, QuicTransport};
 use onionmix_proto::channel::ResponderHandshake;
 
-use super::{LINK_HANDSHAKE_TIMEOUT, MAX_KNOWN_ADDRS, RelayCtx, rotate, start_accepted};
+use super::link::start_accepted;
+use super::{LINK_HANDSHAKE_TIMEOUT, MAX_KNOWN_ADDRS, RelayCtx, rotate};
 use crate::admission::Permit;
 use crate::clock::now_unix;
 use crate::linkchoice::QuicPeers;
