@@ -5,13 +5,14 @@
 mod common;
 mod inproc;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
-use onionmix_cell::relay::{Begin, TargetHost, end_reason};
+use onionmix_cell::relay::end_reason;
 use onionmix_link::TlsTransport;
 use onionmix_node::client::chanmgr::ChanMgr;
 use onionmix_node::client::circuit::{self, HopTarget};
@@ -19,7 +20,7 @@ use onionmix_node::client::stream::StreamError;
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 
-use inproc::{bulk, start_target};
+use inproc::{bulk, start_target, try_open};
 
 /// Our relays here run with fixed windows (ntor, no congestion control).
 async fn start_relay(dir: &std::path::Path, nick: &str, exit: bool) -> (Arc<RelayCtx>, HopTarget) {
@@ -41,17 +42,7 @@ async fn client_through_three_onionmix_relays() {
         .expect("3-hop circuit through onionmix relays");
 
     // Echo round trip.
-    let (mut s, _) = circ
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip(target.ip()),
-                port: target.port(),
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
-        .await
-        .unwrap();
+    let (mut s, _) = try_open(&circ, target).await.unwrap();
     let msg = vec![7u8; 100_000];
     s.write_all(&msg).await.unwrap();
     let mut echoed = Vec::new();
@@ -73,29 +64,11 @@ async fn client_through_three_onionmix_relays() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let err = circ
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip(closed.ip()),
-                port: closed.port(),
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
-        .await
-        .unwrap_err();
+    let err = try_open(&circ, closed).await.unwrap_err();
     assert_eq!(err, StreamError::End(end_reason::CONNECTREFUSED));
 
     // Exit policy: 10.0.0.1 is not accepted.
-    let err = circ
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip("10.0.0.1".parse().unwrap()),
-                port: 80,
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
+    let err = try_open(&circ, SocketAddr::new("10.0.0.1".parse().unwrap(), 80))
         .await
         .unwrap_err();
     assert_eq!(err, StreamError::End(end_reason::EXITPOLICY));
@@ -321,17 +294,7 @@ async fn exits_refuse_begin_on_a_clients_first_hop() {
     )
     .await
     .unwrap();
-    let err = one_hop
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip(target.ip()),
-                port: target.port(),
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
-        .await
-        .unwrap_err();
+    let err = try_open(&one_hop, target).await.unwrap_err();
     assert_eq!(err, StreamError::End(end_reason::TORPROTOCOL));
     let ord = std::sync::atomic::Ordering::Relaxed;
     assert_eq!(exit_ctx.stats.single_hop_begins_refused.load(ord), 1);

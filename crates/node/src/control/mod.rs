@@ -19,6 +19,7 @@ use base64::Engine;
 use tokio::sync::Notify;
 use tracing::info;
 
+use onionmix_frontend::control::Info;
 use onionmix_frontend::control::events::{long_name, orconn_line};
 use onionmix_frontend::control::reply;
 use onionmix_netdoc::{ConsensusRelay, NetDir};
@@ -150,6 +151,46 @@ pub fn info_names(keys: &[&str]) -> String {
         .map(|(n, d)| format!("{n} -- {d}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The canonical name of option `key` in `options` (name, type) (option
+/// names are case-insensitive, as in tor).
+pub fn option_name(options: &[(&'static str, &str)], key: &str) -> Option<&'static str> {
+    options
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(key))
+        .map(|(n, _)| *n)
+}
+
+/// The GETCONF lines of option `name` with `values`.
+pub fn conf_lines(name: &str, values: Vec<Option<String>>) -> Vec<(String, Option<String>)> {
+    values.into_iter().map(|v| (name.to_string(), v)).collect()
+}
+
+/// The GETINFO keys every node answers alike (`version`, `config-file`,
+/// `config/names`, `info/names`, `process/pid`); None for any other key.
+pub fn common_info(
+    key: &str,
+    config_path: Option<&Path>,
+    options: &[(&str, &str)],
+    info_keys: &[&str],
+) -> Option<Info> {
+    let v = match key {
+        "version" => version(),
+        "config-file" => match config_path {
+            Some(p) => p.display().to_string(),
+            None => return Some(Info::Unknown),
+        },
+        "config/names" => options
+            .iter()
+            .map(|(n, t)| format!("{n} {t}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        "info/names" => info_names(info_keys),
+        "process/pid" => std::process::id().to_string(),
+        _ => return None,
+    };
+    Some(Info::Value(v))
 }
 
 /// A LineList option's values for GETCONF (one line per value; unset:

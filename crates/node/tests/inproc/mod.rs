@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use onionmix_cell::relay::{Begin, TargetHost};
 use onionmix_node::client::circuit::{self, HopTarget};
-use onionmix_node::client::stream::Stream;
+use onionmix_node::client::stream::{Stream, StreamError};
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 use onionmix_proto::cc::CcParams;
@@ -158,18 +158,26 @@ pub async fn bulk(circ: &circuit::Circuit, target: SocketAddr, n: usize) {
     assert_eq!(Sha256::digest(&got), Sha256::digest(pattern(n)));
 }
 
+/// BEGIN to `target` over `circ`: the stream and its first event, or why
+/// the exit refused.
+pub async fn try_open(
+    circ: &circuit::Circuit,
+    target: SocketAddr,
+) -> Result<(Stream, StreamEvent), StreamError> {
+    circ.open_stream(
+        StreamRequest::Begin(Begin {
+            host: TargetHost::Ip(target.ip()),
+            port: target.port(),
+            flags: 0,
+        }),
+        Duration::from_secs(20),
+    )
+    .await
+}
+
+/// A connected stream to `target` over `circ`.
 pub async fn open(circ: &circuit::Circuit, target: SocketAddr) -> Stream {
-    let (s, ev) = circ
-        .open_stream(
-            StreamRequest::Begin(Begin {
-                host: TargetHost::Ip(target.ip()),
-                port: target.port(),
-                flags: 0,
-            }),
-            Duration::from_secs(20),
-        )
-        .await
-        .expect("BEGIN");
+    let (s, ev) = try_open(circ, target).await.expect("BEGIN");
     assert!(matches!(ev, StreamEvent::Connected(_)));
     s
 }

@@ -17,7 +17,9 @@ use onionmix_frontend::control::{
 };
 
 use super::{RelayControlNode, bootstrap_phase};
-use crate::control::{bool01, find_relay, info_names, line_list, ns_value, version};
+use crate::control::{
+    bool01, common_info, conf_lines, find_relay, line_list, ns_value, option_name, version,
+};
 use crate::relay::config::RelayConfig;
 
 /// GETINFO keys a relay answers (for `info/names`).
@@ -125,19 +127,10 @@ impl RelayBackend {
     fn info_value(&self, key: &str) -> Info {
         let ctx = &self.node.ctx;
         let c = &ctx.control;
+        if let Some(i) = common_info(key, self.cfg().config_path.as_deref(), OPTIONS, INFO_KEYS) {
+            return i;
+        }
         let v = match key {
-            "version" => version(),
-            "config-file" => match &self.cfg().config_path {
-                Some(p) => p.display().to_string(),
-                None => return Info::Unknown,
-            },
-            "config/names" => OPTIONS
-                .iter()
-                .map(|(n, t)| format!("{n} {t}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            "info/names" => info_names(INFO_KEYS),
-            "process/pid" => std::process::id().to_string(),
             "uptime" => ctx.started.elapsed().as_secs().to_string(),
             "fingerprint" => hex::encode_upper(ctx.rsa_id),
             "address" | "address/v4" => ctx.cfg.advertised_ip().to_string(),
@@ -256,13 +249,8 @@ impl Backend for RelayBackend {
     }
 
     fn getconf(&mut self, key: &str) -> Option<Vec<(String, Option<String>)>> {
-        let (name, _) = OPTIONS.iter().find(|(n, _)| n.eq_ignore_ascii_case(key))?;
-        Some(
-            self.conf_value(name)
-                .into_iter()
-                .map(|v| (name.to_string(), v))
-                .collect(),
-        )
+        let name = option_name(OPTIONS, key)?;
+        Some(conf_lines(name, self.conf_value(name)))
     }
 
     fn setconf(
@@ -273,7 +261,7 @@ impl Backend for RelayBackend {
         // All or nothing: check everything first.
         let mut owner = None;
         for (k, v) in changes {
-            let Some((name, _)) = OPTIONS.iter().find(|(n, _)| n.eq_ignore_ascii_case(k)) else {
+            let Some(name) = option_name(OPTIONS, k) else {
                 return Err(ConfError::Unknown(k.clone()));
             };
             let v = if reset {
@@ -281,7 +269,7 @@ impl Backend for RelayBackend {
             } else {
                 v.clone()
             };
-            if *name == "__OwningControllerProcess" {
+            if name == "__OwningControllerProcess" {
                 let pid = match &v {
                     None => None,
                     Some(p) => Some(p.parse::<u32>().map_err(|_| {

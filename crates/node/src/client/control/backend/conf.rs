@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use onionmix_frontend::control::ConfError;
 
 use super::ClientBackend;
-use crate::control::{bool01, line_list};
+use crate::control::{bool01, conf_lines, line_list, option_name};
 
 /// Options GETCONF/SETCONF know: (canonical name, type for config/names).
 pub(super) const OPTIONS: &[(&str, &str)] = &[
@@ -96,13 +96,8 @@ impl ClientBackend {
 
     /// The values of `GETCONF key` (None: not an option we know).
     pub(super) fn conf_values(&mut self, key: &str) -> Option<Vec<(String, Option<String>)>> {
-        let (name, _) = OPTIONS.iter().find(|(n, _)| n.eq_ignore_ascii_case(key))?;
-        Some(
-            self.conf_value(name)
-                .into_iter()
-                .map(|v| (name.to_string(), v))
-                .collect(),
-        )
+        let name = option_name(OPTIONS, key)?;
+        Some(conf_lines(name, self.conf_value(name)))
     }
 
     /// `SETCONF`/`RESETCONF`: checked as a whole, then applied.
@@ -114,7 +109,7 @@ impl ClientBackend {
         // Check everything first: SETCONF is all or nothing.
         let mut plan = Vec::new();
         for (k, v) in changes {
-            let Some((name, _)) = OPTIONS.iter().find(|(n, _)| n.eq_ignore_ascii_case(k)) else {
+            let Some(name) = option_name(OPTIONS, k) else {
                 return Err(ConfError::Unknown(k.clone()));
             };
             let v = if reset {
@@ -122,15 +117,15 @@ impl ClientBackend {
             } else {
                 v.clone()
             };
-            match *name {
+            match name {
                 "DisableNetwork" | "__LeaveStreamsUnattached" => {
                     let b = match (&v, reset) {
-                        (None, true) if *name == "__LeaveStreamsUnattached" => {
+                        (None, true) if name == "__LeaveStreamsUnattached" => {
                             self.cfg().leave_streams_unattached
                         }
                         _ => parse_bool(name, v.as_deref())?,
                     };
-                    plan.push((*name, Some(bool01(b))));
+                    plan.push((name, Some(bool01(b))));
                 }
                 "SocksPort" => {
                     let addr = match (v.as_deref(), reset) {
@@ -140,7 +135,7 @@ impl ClientBackend {
                     };
                     if addr != self.ctx.socks.addr() {
                         plan.push((
-                            *name,
+                            name,
                             Some(addr.map(|a| a.to_string()).unwrap_or_else(|| "0".into())),
                         ));
                     }
@@ -153,7 +148,7 @@ impl ClientBackend {
                             "Could not parse __OwningControllerProcess: {p}"
                         )));
                     }
-                    plan.push((*name, v));
+                    plan.push((name, v));
                 }
                 _ => {
                     let current = self.conf_value(name);

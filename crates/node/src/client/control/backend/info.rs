@@ -11,7 +11,7 @@ use onionmix_netdoc::NetDir;
 
 use super::ClientBackend;
 use super::conf::OPTIONS;
-use crate::control::{bool01, find_relay, info_names, ns_value, version};
+use crate::control::{bool01, common_info, find_relay, ns_value};
 
 /// GETINFO keys the client answers (for `info/names`).
 const INFO_KEYS: &[&str] = &[
@@ -65,19 +65,10 @@ impl ClientBackend {
     /// The answer to `GETINFO key`.
     pub(super) fn info_value(&mut self, key: &str) -> Info {
         let hub = &self.ctx.hub;
+        if let Some(i) = common_info(key, self.cfg().config_path.as_deref(), OPTIONS, INFO_KEYS) {
+            return i;
+        }
         let v = match key {
-            "version" => version(),
-            "config-file" => match &self.cfg().config_path {
-                Some(p) => p.display().to_string(),
-                None => return Info::Unknown,
-            },
-            "config/names" => OPTIONS
-                .iter()
-                .map(|(n, t)| format!("{n} {t}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            "info/names" => info_names(INFO_KEYS),
-            "process/pid" => std::process::id().to_string(),
             "uptime" => hub.started.elapsed().as_secs().to_string(),
             "status/bootstrap-phase" => hub.bootstrap_phase(),
             "status/circuit-established" => bool01(hub.circuit_established.load(Ordering::Relaxed)),
