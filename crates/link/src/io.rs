@@ -162,6 +162,10 @@ impl ChannelWriter {
     pub fn transport(&self) -> &'static str {
         if self.mux.is_some() { "quic" } else { "tls" }
     }
+    /// The QUIC link's path counters (None on TLS).
+    pub fn quic_stats(&self) -> Option<crate::quic::QuicPathStats> {
+        self.mux.as_ref().map(|m| m.link.path_stats())
+    }
     /// Whether the writer has stopped.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed) || self.tx.is_closed()

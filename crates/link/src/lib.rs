@@ -16,8 +16,8 @@ pub mod tls;
 pub use conn::LinkConn;
 pub use io::{ChannelIo, ChannelWriter, spawn_channel_io};
 pub use quic::{
-    QuicIncoming, QuicLimits, QuicLink, QuicServerIdentity, QuicStream, QuicTransport,
-    spawn_quic_channel_io,
+    QuicIncoming, QuicLimits, QuicLink, QuicPathStats, QuicServerIdentity, QuicStream,
+    QuicTransport, spawn_quic_channel_io,
 };
 pub use tls::{TlsInfo, TlsTransport};
 

@@ -629,18 +629,28 @@ pub async fn pin_streams(
     let (mut rd, mut wr) = subscribe(addr, cookie_file, "STREAM CIRC", timeout).await?;
     let mut line = String::new();
     let setup = async {
-        wr.write_all(format!("EXTENDCIRCUIT 0 {}\r\n", path.join(",")).as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let circ = loop {
-            read_line(&mut rd, &mut line).await?;
-            if line.starts_with("650") {
-                continue;
+        // A client that bootstrapped from an earlier consensus may not
+        // know every relay yet (552 No such router): ask again until its
+        // next consensus arrives, within `timeout`.
+        let circ = 'extend: loop {
+            wr.write_all(format!("EXTENDCIRCUIT 0 {}\r\n", path.join(",")).as_bytes())
+                .await
+                .map_err(|e| e.to_string())?;
+            loop {
+                read_line(&mut rd, &mut line).await?;
+                if line.starts_with("650") {
+                    continue;
+                }
+                let reply = line.trim_end();
+                if let Some(id) = reply.strip_prefix("250 EXTENDED ") {
+                    break 'extend id.to_string();
+                }
+                if reply.starts_with("552 No such router") {
+                    break;
+                }
+                return Err(format!("EXTENDCIRCUIT: {reply}"));
             }
-            match line.trim_end().strip_prefix("250 EXTENDED ") {
-                Some(id) => break id.to_string(),
-                None => return Err(format!("EXTENDCIRCUIT: {}", line.trim_end())),
-            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         };
         loop {
             read_line(&mut rd, &mut line).await?;

@@ -143,7 +143,7 @@ async fn lifecycle(mux: Arc<Mux>, control: ChannelWriter) {
 /// The circuit streams of one QUIC link (shared by the channel's writer
 /// handles and the stream tasks).
 pub(crate) struct Mux {
-    link: QuicLink,
+    pub(crate) link: QuicLink,
     codec: CellCodec,
     state: Mutex<State>,
     /// The reactor's inbound queue (DESTROYs we make up go there too).

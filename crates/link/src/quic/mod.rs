@@ -364,6 +364,29 @@ pub struct QuicLink {
     _guard: Arc<LinkGuard>,
 }
 
+/// One QUIC link's path counters ([`QuicLink::path_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicPathStats {
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u64,
+    /// Lowest round-trip time seen (without ACK delay), microseconds.
+    pub min_rtt_us: u64,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Congestion events (window reductions).
+    pub congestion_events: u64,
+    /// Packets sent.
+    pub sent_packets: u64,
+    /// Packets declared lost.
+    pub lost_packets: u64,
+    /// Largest UDP payload the path takes now.
+    pub mtu: u16,
+    /// UDP datagrams sent.
+    pub udp_datagrams_sent: u64,
+    /// UDP datagrams received.
+    pub udp_datagrams_received: u64,
+}
+
 /// Closes the connection and frees its slot when the last [`QuicLink`]
 /// clone goes.
 struct LinkGuard {
@@ -431,6 +454,23 @@ impl QuicLink {
             .export_keying_material(&mut out, label, context)
             .map_err(|_| LinkError::Protocol("TLS exporter unavailable".into()))?;
         Ok(out)
+    }
+
+    /// The connection's path as quinn sees it (RTT, congestion window,
+    /// losses): for `status` and measurements.
+    pub fn path_stats(&self) -> QuicPathStats {
+        let s = self.conn.stats();
+        QuicPathStats {
+            rtt_us: u64::try_from(s.path.rtt.as_micros()).unwrap_or(u64::MAX),
+            min_rtt_us: u64::try_from(s.path.min_rtt.as_micros()).unwrap_or(u64::MAX),
+            cwnd: s.path.cwnd,
+            congestion_events: s.path.congestion_events,
+            sent_packets: s.path.sent_packets,
+            lost_packets: s.path.lost_packets,
+            mtu: s.path.current_mtu,
+            udp_datagrams_sent: s.udp_tx.datagrams,
+            udp_datagrams_received: s.udp_rx.datagrams,
+        }
     }
 
     /// Open a stream for a new circuit (the side sending CREATE2 opens

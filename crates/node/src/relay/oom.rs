@@ -111,6 +111,7 @@ impl QueueRegistry {
                         "initiated": m.initiated,
                         "circuits": m.circuits.load(Ordering::Relaxed),
                         "queued_bytes": w.memory_bytes(),
+                        "quic": w.quic_stats().map(quic_json),
                     }),
                 ))
             })
@@ -219,6 +220,21 @@ pub async fn oom_loop(ctx: Arc<RelayCtx>) {
             );
         }
     }
+}
+
+/// A QUIC link's path counters as `status` shows them.
+fn quic_json(q: onionmix_link::QuicPathStats) -> serde_json::Value {
+    serde_json::json!({
+        "rtt_us": q.rtt_us,
+        "min_rtt_us": q.min_rtt_us,
+        "cwnd": q.cwnd,
+        "congestion_events": q.congestion_events,
+        "sent_packets": q.sent_packets,
+        "lost_packets": q.lost_packets,
+        "mtu": q.mtu,
+        "udp_datagrams_sent": q.udp_datagrams_sent,
+        "udp_datagrams_received": q.udp_datagrams_received,
+    })
 }
 
 #[cfg(test)]

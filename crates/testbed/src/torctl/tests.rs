@@ -296,3 +296,94 @@ async fn signal_newnym_authenticates_and_checks_the_answer() {
     );
     assert!(bad.await.unwrap_err().contains("bad signal"));
 }
+
+/// A control port that does not know a relay at first (552), then builds
+/// the circuit, announces a stream and takes it back at the end: the
+/// commands `pin_streams` sent, in order.
+async fn fake_pinning_port(l: tokio::net::TcpListener) -> Vec<String> {
+    let (s, _) = l.accept().await.unwrap();
+    let (rd, mut wr) = s.into_split();
+    let mut rd = BufReader::new(rd);
+    let mut seen = Vec::new();
+    let mut extends = 0;
+    loop {
+        let mut q = String::new();
+        if rd.read_line(&mut q).await.unwrap_or(0) == 0 {
+            return seen;
+        }
+        let q = q.trim_end().to_string();
+        let answer = if q.starts_with("EXTENDCIRCUIT") {
+            extends += 1;
+            if extends == 1 {
+                "552 No such router \"$BB\"\r\n".to_string()
+            } else {
+                "250 EXTENDED 9\r\n650 CIRC 9 LAUNCHED\r\n650 CIRC 9 BUILT $AA,$BB\r\n".to_string()
+            }
+        } else if q == "SETCONF __LeaveStreamsUnattached=1" {
+            "250 OK\r\n650 STREAM 4 NEW 0 10.0.0.1:80\r\n".to_string()
+        } else if q == "QUIT" {
+            seen.push(q);
+            return seen;
+        } else {
+            "250 OK\r\n".to_string()
+        };
+        if !q.starts_with("AUTHENTICATE") {
+            seen.push(q);
+        }
+        // The client may close without reading the last answers.
+        let _ = wr.write_all(answer.as_bytes()).await;
+    }
+}
+
+#[tokio::test]
+async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cookie = tmp.path().join("control_auth_cookie");
+    std::fs::write(&cookie, [7u8; 32]).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = tokio::spawn(fake_pinning_port(l));
+    let path = ["$AA".to_string(), "$BB".to_string()];
+    let pinned = pin_streams(addr, &cookie, &path, Duration::from_secs(20))
+        .await
+        .expect("pinned after the second EXTENDCIRCUIT");
+    assert_eq!(pinned.circ, "9");
+    // The stream announced after SETCONF gets attached.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pinned.finish().await, Ok(1));
+    let seen = server.await.unwrap();
+    assert_eq!(
+        seen,
+        [
+            "SETEVENTS STREAM CIRC",
+            "EXTENDCIRCUIT 0 $AA,$BB",
+            "EXTENDCIRCUIT 0 $AA,$BB",
+            "SETCONF __LeaveStreamsUnattached=1",
+            "ATTACHSTREAM 4 9",
+            "SETCONF __LeaveStreamsUnattached=0",
+            "CLOSECIRCUIT 9",
+            "QUIT",
+        ]
+    );
+
+    // Any other refusal is an error at once.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let (rd, mut wr) = s.into_split();
+        let mut rd = BufReader::new(rd);
+        let mut q = String::new();
+        for answer in ["250 OK\r\n", "250 OK\r\n", "512 Syntax error\r\n"] {
+            q.clear();
+            rd.read_line(&mut q).await.unwrap();
+            wr.write_all(answer.as_bytes()).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let err = pin_streams(addr, &cookie, &path, Duration::from_secs(20))
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.contains("512 Syntax error"), "{err}");
+}
