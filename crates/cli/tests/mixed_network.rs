@@ -200,7 +200,10 @@ fn mixed_network_interop() {
     // Stock tor only takes relays with Guard, Stable, Fast, Valid and V2Dir
     // as entries, and a young network's flags still move: wait until each
     // implementation has such a relay, and pin the stock client to it.
-    let deadline = Instant::now() + Duration::from_secs(180);
+    // Stock authorities vote Stable by median uptime until they have MTBF
+    // data, so it can take a few consensus periods (the same wait failed
+    // hs_relay_interop once at 180 s).
+    let deadline = Instant::now() + Duration::from_secs(480);
     let (om_guard, stock_guard) = loop {
         let cons = http_get_plain(auth, "/tor/status-vote/current/consensus").unwrap_or_default();
         let pick = |names: &[&'static str]| {
