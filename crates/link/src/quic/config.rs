@@ -58,6 +58,33 @@ pub mod codes {
 /// [`QuicLimits::max_circuit_streams`]).
 pub const MAX_CIRCUIT_STREAMS_CAP: u32 = 1 << 20;
 
+/// The congestion controller of a QUIC link's sending side (quinn's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QuicCongestion {
+    /// CUBIC (RFC 9438), quinn's default and Linux TCP's.
+    #[default]
+    Cubic,
+    /// BBR (quinn's experimental BBRv1): paced at the measured bottleneck
+    /// rate, not backed off by random loss.
+    Bbr,
+    /// NewReno (RFC 9002's reference controller).
+    NewReno,
+}
+
+impl std::str::FromStr for QuicCongestion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cubic" => Ok(QuicCongestion::Cubic),
+            "bbr" => Ok(QuicCongestion::Bbr),
+            "newreno" => Ok(QuicCongestion::NewReno),
+            other => Err(format!(
+                "unknown QUIC congestion controller {other:?} (cubic, bbr, newreno)"
+            )),
+        }
+    }
+}
+
 /// Every bound of a QUIC link. The defaults are what relays use; tests
 /// shrink them.
 #[derive(Debug, Clone)]
@@ -88,6 +115,8 @@ pub struct QuicLimits {
     /// queue would pass this is destroyed with RESOURCELIMIT, as tor closes
     /// a circuit whose cell queue is full.
     pub max_circuit_queue: usize,
+    /// The congestion controller of our sending side.
+    pub congestion: QuicCongestion,
 }
 
 impl Default for QuicLimits {
@@ -103,6 +132,7 @@ impl Default for QuicLimits {
             max_connections: 4096,
             max_pending_handshakes: 256,
             max_circuit_queue: 8 * 1024 * 1024,
+            congestion: QuicCongestion::Cubic,
         }
     }
 }
@@ -142,6 +172,17 @@ impl QuicLimits {
             // peer sending one commits a protocol violation.
             .datagram_receive_buffer_size(None)
             .datagram_send_buffer_size(0);
+        match self.congestion {
+            QuicCongestion::Cubic => {}
+            QuicCongestion::Bbr => {
+                t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+            }
+            QuicCongestion::NewReno => {
+                t.congestion_controller_factory(Arc::new(
+                    quinn::congestion::NewRenoConfig::default(),
+                ));
+            }
+        }
         Ok(Arc::new(t))
     }
 
@@ -249,6 +290,26 @@ mod tests {
             ..QuicLimits::default()
         };
         assert!(l.transport().is_err());
+    }
+
+    #[test]
+    fn congestion_controllers_parse_and_build() {
+        for (name, want) in [
+            ("cubic", QuicCongestion::Cubic),
+            ("bbr", QuicCongestion::Bbr),
+            ("newreno", QuicCongestion::NewReno),
+        ] {
+            assert_eq!(name.parse::<QuicCongestion>(), Ok(want));
+            let l = QuicLimits {
+                congestion: want,
+                ..QuicLimits::default()
+            };
+            assert!(l.transport().is_ok(), "{name}");
+        }
+        for bad in ["", "Cubic", "bbr2", "reno"] {
+            assert!(bad.parse::<QuicCongestion>().is_err(), "{bad:?}");
+        }
+        assert_eq!(QuicLimits::default().congestion, QuicCongestion::Cubic);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use chan::{STREAM_BACKPRESSURE_SHARE, spawn_quic_channel_io};
-pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicLimits, codes};
+pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicCongestion, QuicLimits, codes};
 pub use stream::{QuicStream, connection_lost, peer_reset_code};
 
 use crate::LinkError;

@@ -62,6 +62,9 @@ pub struct AuthorityConfig {
     /// Its QUIC listener (see the relay's `quic_listen`).
     #[serde(default)]
     pub quic_listen: Option<SocketAddr>,
+    /// Its QUIC congestion controller (see the relay's `quic_congestion`).
+    #[serde(default)]
+    pub quic_congestion: Option<String>,
     /// Every authority of the network, this one included.
     #[serde(rename = "authority", default)]
     pub authorities: Vec<AuthorityEntry>,
@@ -214,6 +217,9 @@ impl AuthorityConfig {
         }
         if let Some(q) = self.quic_listen {
             s.push_str(&format!("quic_listen = \"{q}\"\n"));
+        }
+        if let Some(c) = &self.quic_congestion {
+            s.push_str(&format!("quic_congestion = {c:?}\n"));
         }
         for a in &self.authorities {
             s.push_str(&format!(

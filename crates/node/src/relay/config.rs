@@ -215,6 +215,10 @@ pub struct RelayConfig {
     /// before the link falls back to TLS.
     #[serde(default = "default_quic_fallback")]
     pub quic_fallback_secs: u64,
+    /// Congestion controller of the QUIC links' sending side: `cubic`
+    /// (default), `bbr` or `newreno` (`docs/quic-links.md` §8).
+    #[serde(default = "default_quic_congestion")]
+    pub quic_congestion: String,
 }
 
 fn default_max_control() -> usize {
@@ -226,6 +230,10 @@ fn default_shutdown_wait() -> u64 {
 
 fn default_conflux_ooo() -> usize {
     8 << 20
+}
+
+fn default_quic_congestion() -> String {
+    "cubic".into()
 }
 
 fn default_quic_fallback() -> u64 {
@@ -361,6 +369,9 @@ impl RelayConfig {
         if c.quic_fallback_secs == 0 || c.quic_fallback_secs > 120 {
             return Err("quic_fallback_secs must be between 1 and 120".into());
         }
+        c.quic_congestion
+            .parse::<onionmix_link::quic::QuicCongestion>()
+            .map_err(|e| format!("quic_congestion: {e}"))?;
         if c.onion_key_rotation_secs < 60 || c.onion_key_grace_secs >= c.onion_key_rotation_secs {
             return Err(
                 "onion_key_rotation_secs must be >= 60 and longer than onion_key_grace_secs".into(),
@@ -436,6 +447,8 @@ impl RelayConfig {
                 .unwrap_or(u32::MAX)
                 .clamp(1, onionmix_link::quic::MAX_CIRCUIT_STREAMS_CAP),
             max_connections: self.max_channels.max(1),
+            // Checked when the configuration was read.
+            congestion: self.quic_congestion.parse().unwrap_or_default(),
             ..d
         }
     }
@@ -444,6 +457,23 @@ impl RelayConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quic_congestion_is_checked() {
+        let base = "data_dir='/x'\nnickname='r'\nor_listen='127.0.0.1:1'\nquic=true\n";
+        let c = RelayConfig::parse(base).unwrap();
+        assert_eq!(
+            c.quic_limits().congestion,
+            onionmix_link::quic::QuicCongestion::Cubic
+        );
+        let c = RelayConfig::parse(&format!("{base}quic_congestion='bbr'")).unwrap();
+        assert_eq!(
+            c.quic_limits().congestion,
+            onionmix_link::quic::QuicCongestion::Bbr
+        );
+        let e = RelayConfig::parse(&format!("{base}quic_congestion='vegas'")).unwrap_err();
+        assert!(e.contains("quic_congestion"), "{e}");
+    }
 
     #[test]
     fn parse_and_policy() {
