@@ -384,7 +384,12 @@ impl FromStr for Protocols {
                     if a > b || b > 63 {
                         return Err(perr("protocols", format!("bad range {item:?}")));
                     }
-                    ranges.push((a, b));
+                    // Version 0 means nothing and is ignored, as tor
+                    // does; Arti refuses it in a consensus, so it must
+                    // not survive a re-encoding.
+                    if b > 0 {
+                        ranges.push((a.max(1), b));
+                    }
                 }
             }
             map.entry(name.to_string()).or_default().extend(ranges);
@@ -467,6 +472,11 @@ mod tests {
         assert_eq!(p.to_string(), "Desc=1-4,9-10 Link=4-5");
         assert_eq!(p.to_string().parse::<Protocols>().unwrap(), p);
         assert!("Link".parse::<Protocols>().is_err());
+        // Version 0 is dropped and leading zeros vanish: the canonical
+        // text is what Arti's strict parser accepts.
+        let z: Protocols = "Relay=0-4 Link=0 Cons=02".parse().unwrap();
+        assert_eq!(z.to_string(), "Cons=2 Link= Relay=1-4");
+        assert!(!z.supports("Relay", 0) && z.supports("Relay", 1));
         assert!("Link=99".parse::<Protocols>().is_err());
     }
 }

@@ -22,6 +22,19 @@ fn most_common<T: Ord + Clone>(items: impl IntoIterator<Item = T>) -> Option<T> 
         .map(|(v, _)| v)
 }
 
+/// A protocol list as the consensus carries it: parsed and re-encoded
+/// (names sorted, ranges merged, version 0 and leading zeros gone), as
+/// tor recomputes these lines rather than copying a vote's text. Votes
+/// that say the same thing in other words then count as one, and a
+/// client with a strict parser (Arti) accepts the result. Text that does
+/// not parse (votes are checked when parsed, so only votes built some
+/// other way) gives an empty list.
+fn canonical_protocols(s: &str) -> String {
+    s.parse::<crate::types::Protocols>()
+        .map(|p| p.to_string())
+        .unwrap_or_default()
+}
+
 fn low_median<T: Ord + Copy>(mut v: Vec<T>) -> Option<T> {
     if v.is_empty() {
         return None;
@@ -78,8 +91,12 @@ pub fn compute_consensus(
     d.push_str("client-versions \nserver-versions \n");
     d.push_str(&format!("known-flags {}\n", flags_line(&known)));
     for (i, k) in PROTO_KEYWORDS.iter().enumerate() {
-        let v =
-            most_common(votes.iter().map(|v| v.header.protocols[i].clone())).unwrap_or_default();
+        let v = most_common(
+            votes
+                .iter()
+                .map(|v| canonical_protocols(&v.header.protocols[i])),
+        )
+        .unwrap_or_default();
         // An empty line would not parse; parse_vote refuses votes without
         // one, so this only guards votes built some other way.
         if !v.is_empty() {
@@ -171,7 +188,8 @@ pub fn compute_consensus(
         )
         .unwrap_or(r.md_digest);
         let version = most_common(entries.iter().filter_map(|e| e.version.clone()));
-        let proto = most_common(entries.iter().map(|e| e.protocols.clone())).unwrap_or_default();
+        let proto = most_common(entries.iter().map(|e| canonical_protocols(&e.protocols)))
+            .unwrap_or_default();
         let bw = low_median(entries.iter().map(|e| e.bandwidth_kb).collect())
             .unwrap_or(0)
             .min(MAX_UNMEASURED_BW);
