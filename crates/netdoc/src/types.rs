@@ -285,6 +285,8 @@ pub struct Protocols {
 
 /// Most distinct protocol names accepted on one line.
 pub const MAX_PROTOCOL_NAMES: usize = 64;
+/// Longest protocol name (tor's `MAX_PROTOCOL_NAME_LENGTH`).
+pub const MAX_PROTOCOL_NAME_LEN: usize = 100;
 
 impl Protocols {
     /// True if `proto` version `version` is listed.
@@ -365,7 +367,11 @@ impl FromStr for Protocols {
             let (name, vers) = ent
                 .split_once('=')
                 .ok_or_else(|| perr("protocols", format!("no '=' in {ent:?}")))?;
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            // As tor and Arti: 1 to 100 characters, letters, digits, '-'.
+            if name.is_empty()
+                || name.len() > MAX_PROTOCOL_NAME_LEN
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            {
                 return Err(perr("protocols", format!("bad name {name:?}")));
             }
             let mut ranges = Vec::new();
@@ -477,6 +483,16 @@ mod tests {
         let z: Protocols = "Relay=0-4 Link=0 Cons=02".parse().unwrap();
         assert_eq!(z.to_string(), "Cons=2 Link= Relay=1-4");
         assert!(!z.supports("Relay", 0) && z.supports("Relay", 1));
+        assert!(
+            format!("{}=1", "a".repeat(100))
+                .parse::<Protocols>()
+                .is_ok()
+        );
+        assert!(
+            format!("{}=1", "a".repeat(101))
+                .parse::<Protocols>()
+                .is_err()
+        );
         assert!("Link=99".parse::<Protocols>().is_err());
     }
 }
