@@ -207,7 +207,12 @@ pub fn parse_vote(text: &str, now: SystemTime) -> Result<Vote, VoteError> {
         + cend_marker.len();
     let (obj, _) = take_object(&text[cm..], "SIGNATURE")
         .ok_or_else(|| malformed(W, "key certificate without signature"))?;
-    let cert_text = &text[cstart..cm + obj.len()];
+    let cert_end = cm + obj.len();
+    // The certificate is part of the signed text: before the signature.
+    if cert_end > sig_at {
+        return Err(malformed(W, "key certificate after the signature"));
+    }
+    let cert_text = &text[cstart..cert_end];
     let cert = AuthCertificate::parse(cert_text, now)
         .map_err(|e| VoteError::BadSignature(format!("key certificate: {e}")))?;
     if cert.id_fingerprint() != sig_id || cert.signing_key_fingerprint() != sig_sk {

@@ -457,6 +457,22 @@ fn resign(text: &str, k: &AuthorityKeys) -> String {
 }
 
 #[test]
+fn a_certificate_after_the_signature_is_refused_not_a_panic() {
+    // Found by the `vote` fuzz target: the certificate was cut out of the
+    // signed text by position, and one placed after the signature made
+    // that slice run backwards.
+    let k = &keys()[0];
+    let good = votes().remove(0);
+    let cert = k.certificate.as_str();
+    assert!(good.contains(cert));
+    let moved = format!("{}{cert}", resign(&good.replace(cert, ""), k));
+    assert!(matches!(
+        parse_vote(&moved, now()),
+        Err(VoteError::Malformed { .. })
+    ));
+}
+
+#[test]
 fn votes_with_values_clients_would_refuse_are_refused() {
     // Everything parse_vote accepts is copied into the consensus, so
     // what tor-netdoc would refuse there is refused here (found by the
