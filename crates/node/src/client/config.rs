@@ -177,10 +177,19 @@ pub struct ClientConfig {
     /// Seconds a QUIC attempt may take before the client falls back to TLS.
     #[serde(default = "default_quic_fallback")]
     pub quic_fallback_secs: u64,
+    /// Congestion controller of the client's QUIC sending side (its
+    /// uploads to the guard): `cubic` (default), `bbr` or `newreno`, as
+    /// the relay option of the same name.
+    #[serde(default = "default_quic_congestion")]
+    pub quic_congestion: String,
 }
 
 fn default_quic_fallback() -> u64 {
     5
+}
+
+fn default_quic_congestion() -> String {
+    "cubic".into()
 }
 
 /// Parse a relay fingerprint as written in configs: 40 hex digits,
@@ -253,6 +262,19 @@ pub enum ConfigError {
 }
 
 impl ClientConfig {
+    /// The bounds of the client's QUIC endpoint: the defaults, with the
+    /// configured congestion controller.
+    pub fn quic_limits(&self) -> Result<onionmix_link::QuicLimits, ConfigError> {
+        let congestion = self
+            .quic_congestion
+            .parse::<onionmix_link::quic::QuicCongestion>()
+            .map_err(|e| ConfigError::Invalid(format!("quic_congestion: {e}")))?;
+        Ok(onionmix_link::QuicLimits {
+            congestion,
+            ..onionmix_link::QuicLimits::default()
+        })
+    }
+
     /// Load and validate a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
@@ -299,6 +321,7 @@ impl ClientConfig {
                 "quic_fallback_secs must be between 1 and 120".into(),
             ));
         }
+        self.quic_limits()?;
         if !(0.0..=1.0).contains(&self.paths_needed_to_build_circuits) {
             return Err(ConfigError::Invalid(
                 "paths_needed_to_build_circuits must be within 0..1".into(),
@@ -435,5 +458,23 @@ mod tests {
         assert!(ClientConfig::parse(&public).is_err());
         let unknown = format!("{}\nbogus = 1\n", good());
         assert!(ClientConfig::parse(&unknown).is_err());
+    }
+
+    #[test]
+    fn quic_congestion_is_checked() {
+        let c = ClientConfig::parse(&good()).unwrap();
+        assert_eq!(
+            c.quic_limits().unwrap().congestion,
+            onionmix_link::quic::QuicCongestion::Cubic
+        );
+        let bbr = format!("quic_congestion = \"bbr\"\n{}", good());
+        let c = ClientConfig::parse(&bbr).unwrap();
+        assert_eq!(
+            c.quic_limits().unwrap().congestion,
+            onionmix_link::quic::QuicCongestion::Bbr
+        );
+        let bad = format!("quic_congestion = \"vegas\"\n{}", good());
+        let e = ClientConfig::parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("quic_congestion"), "{e}");
     }
 }

@@ -120,7 +120,8 @@ impl Client {
             // addresses are the relays' IPv4 ones).
             let q = onionmix_link::QuicTransport::client(
                 SocketAddr::from(([0, 0, 0, 0], 0)),
-                onionmix_link::QuicLimits::default(),
+                cfg.quic_limits()
+                    .map_err(|e| ClientError::Setup(e.to_string()))?,
             )
             .map_err(|e| ClientError::Setup(format!("QUIC: {e}")))?;
             chanmgr = chanmgr.with_quic(q, Duration::from_secs(cfg.quic_fallback_secs));
