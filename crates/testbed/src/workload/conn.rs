@@ -198,6 +198,10 @@ pub(super) struct Exchange {
     last_byte: Duration,
     at_half_mib: Option<Duration>,
     at_one_mib: Option<Duration>,
+    /// Longest time without a received byte, from `t0` (so the wait for
+    /// the first byte counts) to the last byte: seed 004's stall is one
+    /// of 2 s or more.
+    max_gap: Duration,
 }
 
 /// One `GET /bytes/<n>` on `s` (the request padded to about `pad` bytes);
@@ -229,6 +233,8 @@ pub(super) async fn exchange(
         return Err("closed before the response".into());
     }
     let first = t0.elapsed();
+    let mut max_gap = first;
+    let mut last = first;
     let mut pending = buf[..k].to_vec();
     let head = onionmix_http::io::read_response_head(
         s,
@@ -274,6 +280,9 @@ pub(super) async fn exchange(
             return Err(format!("truncated at {got} of {n} bytes"));
         }
         got += k as u64;
+        let now = t0.elapsed();
+        max_gap = max_gap.max(now.saturating_sub(last));
+        last = now;
         mark(got, &mut at_half, &mut at_one);
     }
     Ok(Exchange {
@@ -281,14 +290,16 @@ pub(super) async fn exchange(
         last_byte: t0.elapsed(),
         at_half_mib: at_half,
         at_one_mib: at_one,
+        max_gap,
     })
 }
 
-/// Fill `r` from a finished exchange: ttfb/ttlb (and the 0.5-1 MiB
-/// throughput when the body is that large).
+/// Fill `r` from a finished exchange: ttfb/ttlb, the longest gap without
+/// progress (and the 0.5-1 MiB throughput when the body is that large).
 pub(super) fn fill(r: &mut Record, x: &Exchange) {
     r.metrics.insert("ttfb_ms".into(), ms(x.first_byte));
     r.metrics.insert("ttlb_ms".into(), ms(x.last_byte));
+    r.metrics.insert("max_gap_ms".into(), ms(x.max_gap));
     if let (Some(h), Some(o)) = (x.at_half_mib, x.at_one_mib)
         && o > h
     {

@@ -94,9 +94,13 @@ async fn workloads_produce_records() {
     let r = run_once(&quick("bulk"), &ep, 0, &|| {}).await;
     assert_eq!(r.len(), 1);
     assert!(r[0].ok(), "{:?}", r[0].error);
-    for m in ["ttfb_ms", "ttlb_ms", "mbps_05_1"] {
+    for m in ["ttfb_ms", "ttlb_ms", "mbps_05_1", "max_gap_ms"] {
         assert!(r[0].metrics.contains_key(m), "{m}");
     }
+    // The longest gap is at least the wait for the first byte and at
+    // most the whole transfer.
+    let gap = r[0].metrics["max_gap_ms"];
+    assert!(gap >= r[0].metrics["ttfb_ms"] && gap <= r[0].metrics["ttlb_ms"], "{gap}");
     let r = run_once(&quick("voip"), &ep, 0, &|| {}).await;
     let stream = r.iter().find(|x| x.kind == "stream").unwrap();
     assert_eq!(stream.metrics["packets_lost"], 0.0);
