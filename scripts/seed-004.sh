@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Seed 004 ("Adding QUIC support to the Tor network") on onionmix: the
+# same topology with QUIC links (quinn's CUBIC, and BBR), TLS links and
+# stock tor, side by side in one `onionmix compare` per condition, through
+# the link emulator (needs root). Results go to $OUT (default
+# /tmp/seed-004); docs/experiments/seed-004/README.md has what was run and
+# recorded.
+#
+# Parts:
+#   s1     seed 004's scenario 1 and its lossy test: one client, 3-hop
+#          circuits, 320 KiB and 5 MiB downloads, each on a new circuit,
+#          for every delay in DELAYS (ms per link, one way) and loss in
+#          LOSSES (per link); RUNS per series (the seed: 50)
+#   s5     seed 004's scenario 5: 8 relays, 16 clients fetching 320 KiB at
+#          once on random paths, RUNS5 rounds
+#   stalls the stall table (a stall: 2 s or more without a received byte,
+#          `max_gap_ms`) of everything under $OUT
+#
+#   nice -n 5 scripts/seed-004.sh                     # everything (hours)
+#   RUNS=3 DELAYS=20 LOSSES=0 scripts/seed-004.sh s1  # a smoke run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/seed-004}
+RUNS=${RUNS:-50}
+RUNS5=${RUNS5:-5}
+DELAYS=${DELAYS:-"20 40"}
+LOSSES=${LOSSES:-"0 0.01"}
+BIN=${BIN:-target/release/onionmix}
+[ -x "$BIN" ] || cargo build --release -p onionmix
+mkdir -p "$OUT/specs"
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(s1 s5 stalls)
+
+# spec NAME IMPL LINKS CC DELAY LOSS RELAYS CLIENTS: write $OUT/specs/NAME.toml
+spec() {
+  local name=$1 impl=$2 links=$3 cc=$4 delay=$5 loss=$6 relays=$7 clients=$8 conf=""
+  [ "$cc" = "" ] || conf="config = [\"quic_congestion = '$cc'\"]"
+  {
+    echo "name = \"$name\""
+    echo "description = \"seed 004: $impl, $links links${cc:+ ($cc)}, $delay ms and loss $loss per link\""
+    echo "bootstrap_timeout_secs = 240"
+    [ "$impl" = onionmix ] && echo "links = \"$links\""
+    echo
+    echo "[emulation]"
+    echo "seed = 4"
+    echo "default = { delay_ms = $delay.0, loss = $loss }"
+    for role in "authority 3" "relay $relays" "exit 2"; do
+      set -- $role
+      printf '\n[[nodes]]\nimpl = "%s"\nrole = "%s"\ncount = %s\n%s\n' "$impl" "$1" "$2" "$conf"
+    done
+    printf '\n[[nodes]]\nimpl = "%s"\nrole = "client"\ncount = %s\n%s\n' "$impl" "$clients" "$conf"
+  } >"$OUT/specs/$name.toml"
+}
+
+# The four series of one condition, in compare order (ratios are the
+# first against each other one).
+series() {
+  local tag=$1 delay=$2 loss=$3 relays=$4 clients=$5
+  spec "quic-cubic-$tag" onionmix quic "" "$delay" "$loss" "$relays" "$clients"
+  spec "quic-bbr-$tag" onionmix quic bbr "$delay" "$loss" "$relays" "$clients"
+  spec "tls-$tag" onionmix tls "" "$delay" "$loss" "$relays" "$clients"
+  spec "stock-$tag" tor tls "" "$delay" "$loss" "$relays" "$clients"
+  for s in quic-cubic quic-bbr tls stock; do printf -- '--spec %s ' "$OUT/specs/$s-$tag.toml"; done
+}
+
+for p in "${parts[@]}"; do
+  case "$p" in
+    s1)
+      for d in $DELAYS; do
+        for l in $LOSSES; do
+          tag="${d}ms-loss${l}"
+          printf 'workload = "bulk"\nsizes = [327680, 5242880]\nfresh_circuit = true\ntimeout_secs = 120\n' >"$OUT/specs/s1.toml"
+          rm -rf "${OUT:?}/s1-$tag"
+          # shellcheck disable=SC2046
+          "$BIN" compare $(series "$tag" "$d" "$l" 3 1) \
+            --workload "$OUT/specs/s1.toml" --runs "$RUNS" --out "$OUT/s1-$tag"
+        done
+      done
+      ;;
+    s5)
+      for d in $DELAYS; do
+        tag="${d}ms-s5"
+        printf 'workload = "bulk"\nsizes = [327680]\nfresh_circuit = true\ntimeout_secs = 120\n' >"$OUT/specs/s5.toml"
+        rm -rf "${OUT:?}/s5-$tag"
+        # shellcheck disable=SC2046
+        "$BIN" compare $(series "$tag" "$d" 0 6 16) \
+          --workload "$OUT/specs/s5.toml" --runs "$RUNS5" --client all --concurrent --out "$OUT/s5-$tag"
+      done
+      ;;
+    stalls)
+      python3 - "$OUT" <<'PY'
+import json, pathlib, sys, collections
+out = pathlib.Path(sys.argv[1])
+rows = []
+for d in sorted(out.iterdir()):
+    f = d / "results.jsonl"
+    if not f.is_file():
+        continue
+    n = collections.Counter(); stalls = collections.Counter(); fails = collections.Counter()
+    for line in f.open():
+        r = json.loads(line)
+        if r.get("kind") != "transfer":
+            continue
+        key = (r.get("label", "?"), r.get("size") or 0)
+        n[key] += 1
+        if r.get("error"):
+            fails[key] += 1
+        elif r.get("metrics", {}).get("max_gap_ms", 0) >= 2000:
+            stalls[key] += 1
+    for key in sorted(n):
+        rows.append((d.name, key[0], key[1], n[key], stalls[key], fails[key]))
+lines = ["| run | series | size | transfers | stalls (>= 2 s without progress) | errors/timeouts |",
+         "|---|---|--:|--:|--:|--:|"]
+lines += [f"| {a} | {b} | {c} | {d} | {e} | {f} |" for a, b, c, d, e, f in rows]
+(out / "stalls.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+      ;;
+    *)
+      echo "unknown part: $p (s1, s5, stalls)" >&2
+      exit 2
+      ;;
+  esac
+done
+echo "results in $OUT"
