@@ -100,7 +100,10 @@ async fn workloads_produce_records() {
     // The longest gap is at least the wait for the first byte and at
     // most the whole transfer.
     let gap = r[0].metrics["max_gap_ms"];
-    assert!(gap >= r[0].metrics["ttfb_ms"] && gap <= r[0].metrics["ttlb_ms"], "{gap}");
+    assert!(
+        gap >= r[0].metrics["ttfb_ms"] && gap <= r[0].metrics["ttlb_ms"],
+        "{gap}"
+    );
     let r = run_once(&quick("voip"), &ep, 0, &|| {}).await;
     let stream = r.iter().find(|x| x.kind == "stream").unwrap();
     assert_eq!(stream.metrics["packets_lost"], 0.0);
