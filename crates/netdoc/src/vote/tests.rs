@@ -273,6 +273,18 @@ fn bandwidth_weights_match_stock_tor() {
 }
 
 #[test]
+fn bandwidth_weights_fit_in_32_bits_at_any_scale() {
+    // Found by the `vote` fuzz target: `bwweightscale=1000030004` gave
+    // weights over i32::MAX, which tor-netdoc refuses in a consensus.
+    let relays = [(20, false, false)];
+    for scale in [1, 10000, 1_000_030_004, i64::from(i32::MAX)] {
+        for (k, v) in bandwidth_weights(&relays, scale) {
+            assert!(i32::try_from(v).is_ok(), "{k}={v} at scale {scale}");
+        }
+    }
+}
+
+#[test]
 fn microdescs_parse_with_the_client_code() {
     let p = MicrodescParts {
         onion_key_pem: Some({

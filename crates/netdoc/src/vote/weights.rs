@@ -2,11 +2,13 @@
 
 /// Bandwidth weights (dir-spec §3.8.3, consensus method 26 and later:
 /// G, M, E, D start at 1). `relays` gives (bandwidth, Guard, Exit) per
-/// listed relay. Returned in the order the consensus writes them.
+/// listed relay. Returned in the order the consensus writes them, each
+/// within the 32-bit range clients parse.
 pub fn bandwidth_weights(relays: &[(u64, bool, bool)], scale: i64) -> Vec<(&'static str, i64)> {
-    let (mut g, mut m, mut e, mut d) = (1i64, 1i64, 1i64, 1i64);
+    // i128: a scale up to i32::MAX times summed bandwidths fits.
+    let (mut g, mut m, mut e, mut d) = (1i128, 1i128, 1i128, 1i128);
     for &(bw, guard, exit) in relays {
-        let bw = bw as i64;
+        let bw = i128::from(bw);
         match (guard, exit) {
             (true, true) => d += bw,
             (true, false) => g += bw,
@@ -15,7 +17,7 @@ pub fn bandwidth_weights(relays: &[(u64, bool, bool)], scale: i64) -> Vec<(&'sta
         }
     }
     let t = g + m + e + d;
-    let w = scale;
+    let w = i128::from(scale);
     let (wgg, wgd, wmg, wme, wmd, wee, wed);
     if 3 * e >= t && 3 * g >= t {
         // Case 1.
@@ -48,7 +50,7 @@ pub fn bandwidth_weights(relays: &[(u64, bool, bool)], scale: i64) -> Vec<(&'sta
             let a_wme = (w * (g - m)) / e;
             let a_wmd = (w - a_wed) / 2;
             let a_wgd = (w - a_wed) / 2;
-            let in_range = |x: i64| (0..=w).contains(&x);
+            let in_range = |x: i128| (0..=w).contains(&x);
             if [a_wee, a_wed, a_wme, a_wmd, a_wgd]
                 .iter()
                 .all(|x| in_range(*x))
@@ -115,7 +117,10 @@ pub fn bandwidth_weights(relays: &[(u64, bool, bool)], scale: i64) -> Vec<(&'sta
             wgd = (w - wed) / 2;
         }
     }
-    vec![
+    // Clients (tor and Arti alike) parse each weight as a 32-bit integer;
+    // an absurd `bwweightscale` must not make the consensus unparseable.
+    let fit = |v: i128| v.clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i64;
+    [
         ("Wbd", wmd),
         ("Wbe", wme),
         ("Wbg", wmg),
@@ -136,4 +141,7 @@ pub fn bandwidth_weights(relays: &[(u64, bool, bool)], scale: i64) -> Vec<(&'sta
         ("Wmg", wmg),
         ("Wmm", w),
     ]
+    .into_iter()
+    .map(|(k, v)| (k, fit(v)))
+    .collect()
 }
