@@ -58,6 +58,14 @@ pub struct CompareArgs {
     /// Seconds per run for voip/goodput.
     #[arg(long)]
     duration: Option<f64>,
+    /// `all`: measure through every client of each network, as one series
+    /// per network (`<spec>/all`); default: each network's first client.
+    #[arg(long)]
+    client: Option<String>,
+    /// With `--client all`: a network's clients run at the same time
+    /// (networks still take turns).
+    #[arg(long)]
+    concurrent: bool,
     /// Results directory (networks run under `<out>/nets/`).
     #[arg(long)]
     out: PathBuf,
@@ -346,8 +354,13 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     }
     check_endpoints(&cfg, &eps)?;
     let concurrent = a.concurrent || cfg.workload == "reliability";
+    let groups = if concurrent {
+        vec![0..eps.len()]
+    } else {
+        (0..eps.len()).map(|i| i..i + 1).collect()
+    };
     let records = crate::measure_paths::with_pinned(&cfg, &info, eps[0].control.as_ref(), || {
-        run_all(&cfg, &eps, concurrent, &eps[0].label)
+        run_all(&cfg, &eps, &groups, &eps[0].label)
     })?;
     drop(_tunnel);
     let m = meta(&cfg, vec![info.spec.clone()]);
@@ -369,13 +382,14 @@ fn check_endpoints(cfg: &WorkloadConfig, eps: &[Endpoint]) -> anyhow::Result<()>
 }
 
 /// Runs `cfg` on every endpoint, run by run (A, B, A, B, ... so machine
-/// noise hits all alike; `concurrent`: all endpoints of a run at once),
-/// adding the no-anonymisation baseline for `goodput` and `session` and
-/// the clients' circuit build times. Returns every record.
+/// noise hits all alike): `groups` (ranges of `eps`, in order, covering
+/// them all) take turns, and the endpoints of one group run at the same
+/// time. Adds the no-anonymisation baseline for `goodput` and `session`
+/// and the clients' circuit build times. Returns every record.
 fn run_all(
     cfg: &WorkloadConfig,
     eps: &[Endpoint],
-    concurrent: bool,
+    groups: &[std::ops::Range<usize>],
     title: &str,
 ) -> anyhow::Result<Vec<Record>> {
     let baseline = (matches!(cfg.workload.as_str(), "goodput" | "session") && cfg.baseline)
@@ -409,14 +423,12 @@ fn run_all(
         }
         let tick = || pb.inc(1);
         for run in 0..cfg.runs {
-            if concurrent {
-                let all = eps.iter().map(|ep| workload::run_once(cfg, ep, run, &tick));
-                for r in futures::future::join_all(all).await {
+            for g in groups {
+                let group = eps[g.clone()]
+                    .iter()
+                    .map(|ep| workload::run_once(cfg, ep, run, &tick));
+                for r in futures::future::join_all(group).await {
                     records.extend(r);
-                }
-            } else {
-                for ep in eps {
-                    records.extend(workload::run_once(cfg, ep, run, &tick).await);
                 }
             }
             if let Some(b) = &baseline {
@@ -453,8 +465,17 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     if cfg.hops.is_some() || cfg.paths.iter().any(|p| p != "socks") {
         anyhow::bail!("hops and the tunnel path are for `onionmix measure` (one running network)");
     }
+    let all = match a.client.as_deref() {
+        None => false,
+        Some("all") => true,
+        Some(c) => anyhow::bail!("--client: `all` or nothing for compare, not {c:?}"),
+    };
+    if a.concurrent && !all {
+        anyhow::bail!("--concurrent needs --client all");
+    }
     let mut guards = Vec::new();
     let mut eps = Vec::new();
+    let mut groups = Vec::new();
     let opts = LaunchOptions::new(std::env::current_exe()?);
     for (i, s) in a.specs.iter().enumerate() {
         let spec = Spec::load(s)?;
@@ -462,15 +483,38 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         eprintln!("starting {} in {}", spec.name, dir.display());
         let net = launcher::start(&spec, &dir, &opts)?;
         let guard = NetworkGuard(Some(net));
-        let mut ep = endpoint(guard.info(), None, &cfg)?;
-        if a.specs.iter().filter(|x| **x == *s).count() > 1 {
-            ep.label = format!("{}#{i}", ep.label);
+        let info = guard.info();
+        let names: Vec<Option<String>> = if all {
+            info.clients(None)
+                .iter()
+                .map(|c| Some(c.name.clone()))
+                .collect()
+        } else {
+            vec![None]
+        };
+        let first = eps.len();
+        for name in names {
+            let mut ep = endpoint(info, name.as_deref(), &cfg)?;
+            if all {
+                ep.label = format!("{}/all", info.spec);
+            }
+            if a.specs.iter().filter(|x| **x == *s).count() > 1 {
+                ep.label = format!("{}#{i}", ep.label);
+            }
+            eps.push(ep);
         }
-        eps.push(ep);
+        if eps.len() == first {
+            anyhow::bail!("{} has no client", spec.name);
+        }
+        if a.concurrent {
+            groups.push(first..eps.len());
+        } else {
+            groups.extend((first..eps.len()).map(|j| j..j + 1));
+        }
         guards.push(guard);
     }
     check_endpoints(&cfg, &eps)?;
-    let records = run_all(&cfg, &eps, false, "A, B, A, B...")?;
+    let records = run_all(&cfg, &eps, &groups, "A, B, A, B...")?;
     drop(guards);
     let m = meta(&cfg, a.specs.clone());
     finish(&a.out, &records, &[m])

@@ -281,3 +281,29 @@ fn compare_onionmix_and_stock_networks() {
         }
     }
 }
+
+#[test]
+fn compare_refuses_client_options_it_cannot_honour() {
+    // Refused before any network starts.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cmp");
+    let base = [
+        "compare",
+        "--spec",
+        "onionmix-basic",
+        "--spec",
+        "stock-basic",
+        "--workload",
+        "bulk",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (ok, _, stderr) = onionmix(&[&base[..], &["--client", "omclient0"]].concat());
+    assert!(!ok && stderr.contains("--client"), "{stderr}");
+    let (ok, _, stderr) = onionmix(&[&base[..], &["--concurrent"]].concat());
+    assert!(
+        !ok && stderr.contains("--concurrent needs --client all"),
+        "{stderr}"
+    );
+    assert!(!out.join("nets").exists());
+}
