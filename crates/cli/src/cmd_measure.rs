@@ -354,8 +354,8 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     }
     check_endpoints(&cfg, &eps)?;
     let concurrent = a.concurrent || cfg.workload == "reliability";
-    let groups = if concurrent {
-        vec![0..eps.len()]
+    let groups: Vec<std::ops::Range<usize>> = if concurrent {
+        std::iter::once(0..eps.len()).collect()
     } else {
         (0..eps.len()).map(|i| i..i + 1).collect()
     };
