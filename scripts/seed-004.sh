@@ -11,6 +11,13 @@
 #          circuits, 320 KiB and 5 MiB downloads, each on a new circuit,
 #          for every delay in DELAYS (ms per link, one way) and loss in
 #          LOSSES (per link); RUNS per series (the seed: 50)
+#   s2 s3 s4
+#          seed 004's scenarios 2-4: two clients at once, each pinned to
+#          its own 3-hop circuit (built before each round, closed after):
+#          s2 the circuits share only the exit; s3 the whole path; s4 the
+#          middle and the exit, so one link (middle-exit). Each round both
+#          fetch 320 KiB, then both 5 MiB. RUNS234 rounds (the seed: 25,
+#          so 50 samples per series), every delay and loss
 #   s5     seed 004's scenario 5: 8 relays, 16 clients fetching 320 KiB at
 #          once on random paths, RUNS5 rounds
 #   stalls the stall table (a stall: 2 s or more without a received byte,
@@ -23,13 +30,14 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/seed-004}
 RUNS=${RUNS:-50}
 RUNS5=${RUNS5:-5}
+RUNS234=${RUNS234:-25}
 DELAYS=${DELAYS:-"20 40"}
 LOSSES=${LOSSES:-"0 0.01"}
 BIN=${BIN:-target/release/onionmix}
 [ -x "$BIN" ] || cargo build --release -p onionmix
 mkdir -p "$OUT/specs"
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(s1 s5 stalls)
+[ ${#parts[@]} -gt 0 ] || parts=(s1 s2 s3 s4 s5 stalls)
 
 # spec NAME IMPL LINKS CC DELAY LOSS RELAYS CLIENTS: write $OUT/specs/NAME.toml
 spec() {
@@ -77,6 +85,25 @@ for p in "${parts[@]}"; do
         done
       done
       ;;
+    s2 | s3 | s4)
+      case "$p" in
+        s2) circuits='[["relay0", "relay1", "exit0"], ["relay2", "relay3", "exit0"]]' ;;
+        s3) circuits='[["relay0", "relay1", "exit0"], ["relay0", "relay1", "exit0"]]' ;;
+        s4) circuits='[["relay0", "relay1", "exit0"], ["relay2", "relay1", "exit0"]]' ;;
+      esac
+      # The pinned circuit is new each round; SOCKS isolation is moot.
+      printf 'workload = "bulk"\nsizes = [327680, 5242880]\nfresh_circuit = false\ntimeout_secs = 120\ncircuits = %s\n' \
+        "$circuits" >"$OUT/specs/$p.toml"
+      for d in $DELAYS; do
+        for l in $LOSSES; do
+          tag="$p-${d}ms-loss${l}"
+          rm -rf "${OUT:?}/$tag"
+          # shellcheck disable=SC2046
+          "$BIN" compare $(series "$tag" "$d" "$l" 4 2) \
+            --workload "$OUT/specs/$p.toml" --runs "$RUNS234" --client all --concurrent --out "$OUT/$tag"
+        done
+      done
+      ;;
     s5)
       for d in $DELAYS; do
         tag="${d}ms-s5"
@@ -112,12 +139,33 @@ for d in sorted(out.iterdir()):
 lines = ["| run | series | size | transfers | stalls (>= 2 s without progress) | errors/timeouts |",
          "|---|---|--:|--:|--:|--:|"]
 lines += [f"| {a} | {b} | {c} | {d} | {e} | {f} |" for a, b, c, d, e, f in rows]
+# Seed 004's Tables 8.1-8.3: rounds by how many of their transfers
+# stalled (two-client scenarios: 0, 1 or 2 of 2).
+rounds = collections.defaultdict(lambda: collections.Counter())
+for d in sorted(out.iterdir()):
+    f = d / "results.jsonl"
+    if not f.is_file() or not d.name[:2] in ("s2", "s3", "s4"):
+        continue
+    per = collections.defaultdict(list)
+    for line in f.open():
+        r = json.loads(line)
+        if r.get("kind") != "transfer":
+            continue
+        stalled = bool(r.get("error")) or r.get("metrics", {}).get("max_gap_ms", 0) >= 2000
+        per[(r.get("label", "?"), r.get("size") or 0, r.get("run"))].append(stalled)
+    for (label, size, _), v in per.items():
+        rounds[(d.name, label, size)][sum(v)] += 1
+if rounds:
+    lines += ["", "| run | series | size | rounds with 0 / 1 / 2 clients stalled or failed |",
+              "|---|---|--:|---|"]
+    for (a, b, c), k in sorted(rounds.items()):
+        lines.append(f"| {a} | {b} | {c} | {k[0]} / {k[1]} / {k[2]} |")
 (out / "stalls.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
       ;;
     *)
-      echo "unknown part: $p (s1, s5, stalls)" >&2
+      echo "unknown part: $p (s1, s2, s3, s4, s5, stalls)" >&2
       exit 2
       ;;
   esac

@@ -334,6 +334,9 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     if special && a.client.as_deref() == Some("all") {
         anyhow::bail!("hops and the tunnel path measure one client: name it with --client");
     }
+    if !cfg.circuits.is_empty() && a.client.as_deref() != Some("all") {
+        anyhow::bail!("circuits gives each client a path: measure them with --client all");
+    }
     let mut _tunnel = None;
     let eps: Vec<Endpoint> = if a.client.as_deref() == Some("all") {
         info.clients(None)
@@ -359,8 +362,9 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     } else {
         (0..eps.len()).map(|i| i..i + 1).collect()
     };
+    let pins = crate::measure_paths::client_circuits(&cfg, &info, eps.len())?;
     let records = crate::measure_paths::with_pinned(&cfg, &info, eps[0].control.as_ref(), || {
-        run_all(&cfg, &eps, &groups, &eps[0].label)
+        run_all(&cfg, &eps, &pins, &groups, &eps[0].label)
     })?;
     drop(_tunnel);
     let m = meta(&cfg, vec![info.spec.clone()]);
@@ -389,9 +393,11 @@ fn check_endpoints(cfg: &WorkloadConfig, eps: &[Endpoint]) -> anyhow::Result<()>
 fn run_all(
     cfg: &WorkloadConfig,
     eps: &[Endpoint],
+    pins: &[Option<Vec<String>>],
     groups: &[std::ops::Range<usize>],
     title: &str,
 ) -> anyhow::Result<Vec<Record>> {
+    anyhow::ensure!(pins.len() == eps.len(), "one circuit pin per endpoint");
     let baseline = (matches!(cfg.workload.as_str(), "goodput" | "session") && cfg.baseline)
         .then(|| eps.first().map(Endpoint::baseline))
         .flatten();
@@ -399,6 +405,7 @@ fn run_all(
     let rt = tokio::runtime::Runtime::new()?;
     let pb = progress(n_eps * cfg.runs as u64 * events_per_run(cfg), title);
     let mut records = Vec::new();
+    let mut attached = 0u64;
     rt.block_on(async {
         // Stock tor clients: circuit build times from CIRC events.
         let mut watches = Vec::new();
@@ -424,11 +431,33 @@ fn run_all(
         let tick = || pb.inc(1);
         for run in 0..cfg.runs {
             for g in groups {
+                let pinned = pin_circuits(&eps[g.clone()], &pins[g.clone()]).await;
                 let group = eps[g.clone()]
                     .iter()
-                    .map(|ep| workload::run_once(cfg, ep, run, &tick));
+                    .zip(&pinned)
+                    .map(|(ep, p)| async move {
+                        match p {
+                            Ok(_) => workload::run_once(cfg, ep, run, &tick).await,
+                            Err(why) => {
+                                eprintln!("{}: run {run}: {why}", ep.label);
+                                tick();
+                                workload::failed_run(cfg, ep, run, why)
+                            }
+                        }
+                    });
                 for r in futures::future::join_all(group).await {
                     records.extend(r);
+                }
+                for (ep, p) in eps[g.clone()].iter().zip(pinned) {
+                    if let Ok(Some(p)) = p {
+                        match p.finish().await {
+                            Ok(n) => attached += n,
+                            // The records say which streams failed.
+                            Err(e) => {
+                                eprintln!("{}: run {run}: the pinned circuit broke: {e}", ep.label)
+                            }
+                        }
+                    }
                 }
             }
             if let Some(b) = &baseline {
@@ -451,10 +480,38 @@ fn run_all(
         }
     });
     pb.finish_and_clear();
+    if pins.iter().any(Option::is_some) {
+        eprintln!("{attached} streams attached to pinned circuits");
+    }
     for ep in eps {
         records.extend(workload::circuit_builds(cfg, ep));
     }
     Ok(records)
+}
+
+/// Build each endpoint's pinned circuit (workload `circuits`), all at
+/// once; `Ok(None)` where nothing is pinned.
+async fn pin_circuits(
+    eps: &[Endpoint],
+    pins: &[Option<Vec<String>>],
+) -> Vec<Result<Option<onionmix_testbed::torctl::Pinned>, String>> {
+    let futs = eps.iter().zip(pins).map(|(ep, path)| async move {
+        let Some(path) = path else { return Ok(None) };
+        let (addr, cookie) = ep
+            .control
+            .as_ref()
+            .ok_or_else(|| "circuits: the client has no control port".to_string())?;
+        onionmix_testbed::torctl::pin_streams(
+            *addr,
+            cookie,
+            path,
+            std::time::Duration::from_secs(120),
+        )
+        .await
+        .map(Some)
+        .map_err(|e| format!("pinning its circuit ({}): {e}", path.join(",")))
+    });
+    futures::future::join_all(futs).await
 }
 
 pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
@@ -473,8 +530,12 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     if a.concurrent && !all {
         anyhow::bail!("--concurrent needs --client all");
     }
+    if !cfg.circuits.is_empty() && !all {
+        anyhow::bail!("circuits gives each client a path: compare with --client all");
+    }
     let mut guards = Vec::new();
     let mut eps = Vec::new();
+    let mut pins = Vec::new();
     let mut groups = Vec::new();
     let opts = LaunchOptions::new(std::env::current_exe()?);
     for (i, s) in a.specs.iter().enumerate() {
@@ -506,6 +567,11 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         if eps.len() == first {
             anyhow::bail!("{} has no client", spec.name);
         }
+        pins.extend(crate::measure_paths::client_circuits(
+            &cfg,
+            info,
+            eps.len() - first,
+        )?);
         if a.concurrent {
             groups.push(first..eps.len());
         } else {
@@ -514,7 +580,7 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         guards.push(guard);
     }
     check_endpoints(&cfg, &eps)?;
-    let records = run_all(&cfg, &eps, &groups, "A, B, A, B...")?;
+    let records = run_all(&cfg, &eps, &pins, &groups, "A, B, A, B...")?;
     drop(guards);
     let m = meta(&cfg, a.specs.clone());
     finish(&a.out, &records, &[m])

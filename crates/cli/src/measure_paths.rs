@@ -140,19 +140,22 @@ pub fn endpoints(
     Ok((eps, tunnel))
 }
 
+/// Fingerprints (`$HEX`) of the network's nodes with role `r`, in spec
+/// order.
+fn role_fingerprints(info: &NetworkInfo, r: Role) -> Vec<String> {
+    info.nodes
+        .iter()
+        .filter(|n| n.roles.contains(&r))
+        .filter_map(|n| n.fingerprint.clone())
+        .map(|f| format!("${}", f.replace(' ', "")))
+        .collect()
+}
+
 /// The relays of a `hops`-long circuit: `hops - 1` of the network's
 /// middle relays, then one of its exits (fingerprints).
 pub fn pinned_path(info: &NetworkInfo, hops: usize) -> anyhow::Result<Vec<String>> {
-    let fp = |r: Role| -> Vec<String> {
-        info.nodes
-            .iter()
-            .filter(|n| n.roles.contains(&r))
-            .filter_map(|n| n.fingerprint.clone())
-            .map(|f| format!("${}", f.replace(' ', "")))
-            .collect()
-    };
-    let relays = fp(Role::Relay);
-    let exits = fp(Role::Exit);
+    let relays = role_fingerprints(info, Role::Relay);
+    let exits = role_fingerprints(info, Role::Exit);
     let (Some(exit), true) = (exits.first(), relays.len() + 1 >= hops) else {
         bail!(
             "{hops} hops need {} relays and an exit; {} has {} relays and {} exits",
@@ -165,6 +168,47 @@ pub fn pinned_path(info: &NetworkInfo, hops: usize) -> anyhow::Result<Vec<String
     let mut path: Vec<String> = relays.into_iter().take(hops - 1).collect();
     path.push(exit.clone());
     Ok(path)
+}
+
+/// The circuits the workload's `circuits` gives the measured clients, in
+/// client order (fingerprints; `None` for all when it names none).
+pub fn client_circuits(
+    cfg: &WorkloadConfig,
+    info: &NetworkInfo,
+    clients: usize,
+) -> anyhow::Result<Vec<Option<Vec<String>>>> {
+    if cfg.circuits.is_empty() {
+        return Ok(vec![None; clients]);
+    }
+    if cfg.circuits.len() < clients {
+        bail!(
+            "circuits names {} paths; {} has {clients} clients (one path each)",
+            cfg.circuits.len(),
+            info.spec
+        );
+    }
+    let relays = role_fingerprints(info, Role::Relay);
+    let exits = role_fingerprints(info, Role::Exit);
+    let path = |hops: &Vec<String>| -> anyhow::Result<Vec<String>> {
+        hops.iter()
+            .map(|h| {
+                let (role, n) = onionmix_testbed::workload::parse_hop(h)
+                    .ok_or_else(|| anyhow::anyhow!("circuits: bad hop {h:?}"))?;
+                let nodes = if role == "relay" { &relays } else { &exits };
+                nodes.get(n).cloned().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "circuits: {} has {} {role} nodes, no {h}",
+                        info.spec,
+                        nodes.len()
+                    )
+                })
+            })
+            .collect()
+    };
+    cfg.circuits[..clients]
+        .iter()
+        .map(|p| path(p).map(Some))
+        .collect()
 }
 
 /// Pin the measured client's streams for `cfg.hops` (if set) while `f`

@@ -225,6 +225,56 @@ fn every_workload_on_a_stock_tor_testnet() {
         "/tmp/x",
     ]);
     assert!(!success && stderr.contains("no client"), "{stderr}");
+    // `circuits` (seed 004's scenarios 2-4): both clients at once, each
+    // on its own pinned circuit, new every run.
+    let pinned = |circuits: &str, all: bool| {
+        let file = tmp.path().join("circuits.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "workload = \"bulk\"\nruns = 2\nsizes = [51200]\nfresh_circuit = false\ncircuits = {circuits}\n"
+            ),
+        )
+        .unwrap();
+        let out = tmp.path().join("out-circuits");
+        let mut args = vec![
+            "measure",
+            "--dir",
+            d,
+            "--workload",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if all {
+            args.extend(["--client", "all", "--concurrent"]);
+        }
+        let (success, stdout, stderr) = onionmix(&args);
+        let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap_or_default();
+        (success, format!("{stdout}\n{stderr}"), jsonl)
+    };
+    let (success, output, jsonl) = pinned(
+        r#"[["relay0", "relay1", "exit0"], ["relay1", "relay0", "exit1"]]"#,
+        true,
+    );
+    assert!(success, "{output}");
+    assert!(
+        output.contains("4 streams attached to pinned circuits"),
+        "{output}"
+    );
+    let transfers: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "transfer")
+        .collect();
+    assert_eq!(transfers.len(), 4, "{jsonl}");
+    assert!(transfers.iter().all(|r| r["error"].is_null()), "{jsonl}");
+    let (success, output, _) = pinned(r#"[["relay0", "exit0"], ["relay7", "exit0"]]"#, true);
+    assert!(!success && output.contains("no relay7"), "{output}");
+    let (success, output, _) = pinned(r#"[["relay0", "exit0"]]"#, true);
+    assert!(!success && output.contains("one path each"), "{output}");
+    let (success, output, _) = pinned(r#"[["relay0", "exit0"], ["relay0", "exit0"]]"#, false);
+    assert!(!success && output.contains("--client all"), "{output}");
     // report rebuilds from two result directories at once.
     let merged = tmp.path().join("merged");
     let (success, _, stderr) = onionmix(&[

@@ -677,6 +677,12 @@ pub async fn pin_streams(
     let c = circ.clone();
     let task = tokio::spawn(async move {
         let mut attached: std::collections::HashSet<String> = std::collections::HashSet::new();
+        // Commands whose reply is still to come, oldest first: the
+        // SETCONF above (`None`), then ATTACHSTREAMs (their stream).
+        let mut pending: std::collections::VecDeque<Option<String>> = [None].into();
+        // Streams that announced CONTROLLER_WAIT while their attach was
+        // pending: attached again if that attach is refused.
+        let mut waiting: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut broken = None;
         loop {
             tokio::select! {
@@ -687,25 +693,55 @@ pub async fn pin_streams(
                         break;
                     }
                     let w: Vec<&str> = line.split_whitespace().collect();
-                    match (w.get(1), w.get(3)) {
-                        // Stock tor waits after NEW, onionmix announces
-                        // CONTROLLER_WAIT; one of the two attaches fail
-                        // harmlessly.
-                        (Some(&"STREAM"), Some(&("NEW" | "CONTROLLER_WAIT"))) => {
-                            let Some(sid) = w.get(2) else { continue };
-                            let cmd = format!("ATTACHSTREAM {sid} {c}\r\n");
-                            if wr.write_all(cmd.as_bytes()).await.is_err() {
-                                broken = Some("control connection closed".into());
-                                break;
-                            }
-                            if attached.len() < 1_000_000 {
-                                attached.insert(sid.to_string());
+                    let mut attach = None;
+                    if !line.starts_with("650") {
+                        // The reply to the oldest command.
+                        if let Some(Some(sid)) = pending.pop_front() {
+                            let again = waiting.remove(&sid);
+                            if line.starts_with("250") {
+                                if attached.len() < 1_000_000 {
+                                    attached.insert(sid);
+                                }
+                            } else if again {
+                                attach = Some(sid);
                             }
                         }
-                        (Some(&"CIRC"), Some(&("FAILED" | "CLOSED"))) if w.get(2) == Some(&c.as_str()) => {
-                            broken = Some(format!("the pinned circuit closed: {}", line.trim_end()));
+                    } else {
+                        match (w.get(1), w.get(3)) {
+                            // A stream waits for us: stock tor announces NEW
+                            // then CONTROLLER_WAIT, onionmix may refuse an
+                            // attach before CONTROLLER_WAIT. Each stream is
+                            // attached once: a second ATTACHSTREAM on an
+                            // attached stream would detach it (stock tor
+                            // ends it at the exit and begins it again).
+                            (Some(&"STREAM"), Some(&ev @ ("NEW" | "CONTROLLER_WAIT"))) => {
+                                let Some(sid) = w.get(2).map(|s| s.to_string()) else { continue };
+                                if attached.contains(&sid) {
+                                } else if pending.iter().any(|p| p.as_deref() == Some(sid.as_str())) {
+                                    if ev == "CONTROLLER_WAIT" && waiting.len() < 10_000 {
+                                        waiting.insert(sid);
+                                    }
+                                } else {
+                                    attach = Some(sid);
+                                }
+                            }
+                            (Some(&"CIRC"), Some(&("FAILED" | "CLOSED"))) if w.get(2) == Some(&c.as_str()) => {
+                                broken = Some(format!("the pinned circuit closed: {}", line.trim_end()));
+                            }
+                            _ => {}
                         }
-                        _ => {}
+                    }
+                    if let Some(sid) = attach {
+                        if pending.len() >= 10_000 {
+                            broken = Some("too many streams waiting to be attached".into());
+                            break;
+                        }
+                        let cmd = format!("ATTACHSTREAM {sid} {c}\r\n");
+                        if wr.write_all(cmd.as_bytes()).await.is_err() {
+                            broken = Some("control connection closed".into());
+                            break;
+                        }
+                        pending.push_back(Some(sid));
                     }
                 }
                 _ = &mut stop_rx => break,

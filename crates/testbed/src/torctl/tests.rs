@@ -320,7 +320,19 @@ async fn fake_pinning_port(l: tokio::net::TcpListener) -> Vec<String> {
                 "250 EXTENDED 9\r\n650 CIRC 9 LAUNCHED\r\n650 CIRC 9 BUILT $AA,$BB\r\n".to_string()
             }
         } else if q == "SETCONF __LeaveStreamsUnattached=1" {
-            "250 OK\r\n650 STREAM 4 NEW 0 10.0.0.1:80\r\n".to_string()
+            // Stream 4 as stock tor announces it (NEW, then
+            // CONTROLLER_WAIT before the attach is answered); stream 5's
+            // first attach is refused, then it waits.
+            concat!(
+                "250 OK\r\n",
+                "650 STREAM 4 NEW 0 10.0.0.1:80\r\n",
+                "650 STREAM 4 CONTROLLER_WAIT 0 10.0.0.1:80\r\n",
+                "650 STREAM 5 NEW 0 10.0.0.1:80\r\n",
+            )
+            .to_string()
+        } else if q == "ATTACHSTREAM 5 9" && !seen.contains(&q) {
+            "555 Connection is not managed by controller.\r\n650 STREAM 5 CONTROLLER_WAIT 0 10.0.0.1:80\r\n"
+                .to_string()
         } else if q == "QUIT" {
             seen.push(q);
             return seen;
@@ -348,9 +360,11 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
         .await
         .expect("pinned after the second EXTENDCIRCUIT");
     assert_eq!(pinned.circ, "9");
-    // The stream announced after SETCONF gets attached.
+    // The streams announced after SETCONF get attached, each once (a
+    // second ATTACHSTREAM would detach stream 4 again), stream 5 again
+    // after its first attach was refused.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(pinned.finish().await, Ok(1));
+    assert_eq!(pinned.finish().await, Ok(2));
     let seen = server.await.unwrap();
     assert_eq!(
         seen,
@@ -360,6 +374,8 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
             "EXTENDCIRCUIT 0 $AA,$BB",
             "SETCONF __LeaveStreamsUnattached=1",
             "ATTACHSTREAM 4 9",
+            "ATTACHSTREAM 5 9",
+            "ATTACHSTREAM 5 9",
             "SETCONF __LeaveStreamsUnattached=0",
             "CLOSECIRCUIT 9",
             "QUIT",

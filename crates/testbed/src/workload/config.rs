@@ -143,6 +143,15 @@ pub struct WorkloadConfig {
     /// compared 2 and 3 relays. `onionmix measure` only.
     #[serde(default)]
     pub hops: Option<usize>,
+    /// With several clients measured (`--client all`): client `i`'s
+    /// streams go over a circuit along `circuits[i]`, built before each run
+    /// and closed after it (through the client's control port, as for
+    /// `hops`). A hop is `relay<N>` or `exit<N>`: the N-th node of that
+    /// role in the network's spec order, so one workload names the same
+    /// topology on networks of either implementation. Seed 004's scenarios
+    /// 2-4 (two clients sharing an exit, a whole path, or one link).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub circuits: Vec<Vec<String>>,
     /// How the workload reaches the client: `"socks"` (its SOCKS port)
     /// and/or `"tunnel"` (an `onionmix tunnel` in front of that SOCKS port:
     /// the workload connects from inside the tunnel's namespace, by the
@@ -204,6 +213,19 @@ fn d_interval() -> u64 {
 }
 fn d_page() -> u64 {
     10 * 1024
+}
+
+/// A hop of `circuits`: (`"relay"` or `"exit"`, index).
+pub fn parse_hop(h: &str) -> Option<(&'static str, usize)> {
+    let (role, n) = if let Some(n) = h.strip_prefix("relay") {
+        ("relay", n)
+    } else {
+        ("exit", h.strip_prefix("exit")?)
+    };
+    if n.is_empty() || n.len() > 3 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((role, n.parse().ok()?))
 }
 
 /// The workloads there are.
@@ -297,6 +319,16 @@ impl WorkloadConfig {
         if c.hops.is_some_and(|h| !(2..=8).contains(&h)) {
             return bad("hops (2-8)");
         }
+        if c.circuits.len() > 64
+            || c.circuits
+                .iter()
+                .any(|p| !(1..=8).contains(&p.len()) || p.iter().any(|h| parse_hop(h).is_none()))
+        {
+            return bad("circuits (up to 64 paths of 1-8 hops, each \"relay<N>\" or \"exit<N>\")");
+        }
+        if c.hops.is_some() && !c.circuits.is_empty() {
+            return bad("circuits with hops (one or the other)");
+        }
         if c.paths.is_empty()
             || c.paths.len() > 2
             || c.paths.iter().any(|p| p != "socks" && p != "tunnel")
@@ -387,6 +419,12 @@ mod tests {
             "workload = \"goodput\"\nhops = 9",
             "workload = \"goodput\"\npaths = []",
             "workload = \"goodput\"\npaths = [\"vpn\"]",
+            "workload = \"bulk\"\ncircuits = [[]]",
+            "workload = \"bulk\"\ncircuits = [[\"guard0\"]]",
+            "workload = \"bulk\"\ncircuits = [[\"relay\"]]",
+            "workload = \"bulk\"\ncircuits = [[\"relay-1\"]]",
+            "workload = \"bulk\"\ncircuits = [[\"exit1000\"]]",
+            "workload = \"bulk\"\ncircuits = [[\"relay0\"]]\nhops = 2",
         ] {
             assert!(WorkloadConfig::parse(bad).is_err(), "{bad}");
         }
@@ -396,6 +434,17 @@ mod tests {
         .unwrap();
         assert_eq!((c.hops, c.paths.len()), (Some(2), 2));
         assert_eq!(WorkloadConfig::named("goodput").unwrap().paths, ["socks"]);
+        let c = WorkloadConfig::parse(
+            "workload = \"bulk\"\ncircuits = [[\"relay0\", \"relay1\", \"exit0\"], [\"relay2\", \"relay12\", \"exit0\"]]",
+        )
+        .unwrap();
+        assert_eq!(c.circuits.len(), 2);
+        assert_eq!(parse_hop("relay12"), Some(("relay", 12)));
+        assert_eq!(parse_hop("exit0"), Some(("exit", 0)));
+        assert_eq!(
+            WorkloadConfig::parse(&toml::to_string(&c).unwrap()).unwrap(),
+            c
+        );
         let c = WorkloadConfig::parse("workload = \"voip\"\ntarget = \"onion:omhs0\"").unwrap();
         assert_eq!(c.onion_target(), Ok(Some("omhs0")));
         let c = WorkloadConfig::parse("workload = \"bulk\"\ntarget = \"sink\"").unwrap();

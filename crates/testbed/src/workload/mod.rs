@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use onionmix_measure::record::{BASELINE_LABEL, Record};
 
-pub use config::{Message, WORKLOADS, WorkloadConfig, seed000_script};
+pub use config::{Message, WORKLOADS, WorkloadConfig, parse_hop, seed000_script};
 pub use fresh::{FreshClient, FreshPlace};
 
 use conn::fetch;
@@ -214,6 +214,25 @@ pub async fn run_once(
         _ => {}
     }
     out
+}
+
+/// The records of a run that could not start (`why`: its pinned circuit
+/// was not built): one failed transfer per `bulk` size, one failed event
+/// otherwise, so the failure counts against the series.
+pub fn failed_run(cfg: &WorkloadConfig, ep: &Endpoint, run: u32, why: &str) -> Vec<Record> {
+    let sizes: Vec<Option<u64>> = if cfg.workload == "bulk" {
+        cfg.sizes.iter().map(|s| Some(*s)).collect()
+    } else {
+        vec![None]
+    };
+    sizes
+        .into_iter()
+        .map(|size| {
+            let mut r = record(cfg, ep, run, "transfer", size);
+            r.error = Some(why.to_string());
+            r
+        })
+        .collect()
 }
 
 /// One unpadded `GET /bytes/<n>` on a new connection, with the SOCKS
