@@ -19,6 +19,21 @@ fn onionmix(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `onionmix measure --dir <dir> --workload <file> --out <out> <extra...>`.
+fn measure(dir: &str, workload: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec![
+        "measure",
+        "--dir",
+        dir,
+        "--workload",
+        workload.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    onionmix(&args)
+}
+
 fn check_outputs(out: &Path, workload: &str) {
     let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     let n = jsonl.lines().filter(|l| !l.trim().is_empty()).count();
@@ -82,19 +97,12 @@ fn every_workload_on_a_stock_tor_testnet() {
         // One run: the launcher's readiness waits until every stock exit
         // has a consensus listing every relay (see docs/testnet.md), so
         // stock tor's streams do not fail after start-up any more.
-        let mut args = vec![
-            "measure",
-            "--dir",
-            d,
-            "--workload",
-            file.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        if w == "access" || w == "reliability" {
-            args.extend(["--client", "all"]);
-        }
-        let (success, stdout, stderr) = onionmix(&args);
+        let all: &[&str] = if w == "access" || w == "reliability" {
+            &["--client", "all"]
+        } else {
+            &[]
+        };
+        let (success, stdout, stderr) = measure(d, &file, &out, all);
         assert!(success, "measure {w} failed:\n{stdout}\n{stderr}");
         check_outputs(&out, w);
         let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
@@ -237,19 +245,12 @@ fn every_workload_on_a_stock_tor_testnet() {
         )
         .unwrap();
         let out = tmp.path().join("out-circuits");
-        let mut args = vec![
-            "measure",
-            "--dir",
-            d,
-            "--workload",
-            file.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        if all {
-            args.extend(["--client", "all", "--concurrent"]);
-        }
-        let (success, stdout, stderr) = onionmix(&args);
+        let extra: &[&str] = if all {
+            &["--client", "all", "--concurrent"]
+        } else {
+            &[]
+        };
+        let (success, stdout, stderr) = measure(d, &file, &out, extra);
         let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap_or_default();
         (success, format!("{stdout}\n{stderr}"), jsonl)
     };
