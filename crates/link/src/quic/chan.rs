@@ -333,11 +333,16 @@ impl Mux {
         Some(self.insert(&mut st, circ_id))
     }
 
-    /// Remove `circ`'s entry if it is still the current one for its ID.
-    fn remove(&self, circ: &Circ) -> bool {
+    /// Remove `circ`'s entry if it is still the current one for its ID,
+    /// setting its reset code (`reason`) while the entry, which holds the
+    /// sender of the circuit's queue, is still alive: a writer that sees
+    /// its queue closed must find the code, or it would end the stream
+    /// with a FIN instead of a reset. Whether the entry was there.
+    fn remove(&self, circ: &Circ, reason: u8) -> bool {
         let mut st = lock(&self.state);
         match st.circuits.get(&circ.id) {
             Some(e) if e.circ.generation == circ.generation => {
+                circ.destroy(reason);
                 st.circuits.remove(&circ.id);
                 true
             }
@@ -350,8 +355,7 @@ impl Mux {
     /// its stream could not be opened): reset the stream and hand the
     /// reactor a DESTROY.
     fn end_circuit(&self, circ: &Circ, reason: u8) {
-        if self.remove(circ) {
-            circ.destroy(reason);
+        if self.remove(circ, reason) {
             self.tell_reactor(circ.id, reason);
         }
     }
