@@ -101,11 +101,16 @@ async fn serve_target(mut s: TcpStream) {
             Ok(n) => n,
         };
         buf.extend_from_slice(&chunk[..n]);
+        // The command line may arrive in one read with the data after it
+        // (the exit coalesces cells): look for its end before judging
+        // the length.
+        if maybe_cmd(&buf)
+            && let Some(i) = buf.iter().take(64).position(|&c| c == b'\n')
+        {
+            break Some(i);
+        }
         if !maybe_cmd(&buf) || buf.len() > 64 {
             break None;
-        }
-        if let Some(i) = buf.iter().position(|&c| c == b'\n') {
-            break Some(i);
         }
     };
     let Some(i) = line_end else {
