@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seed 004 ("Adding QUIC support to the Tor network") on onionmix: the
-# same topology with QUIC links (quinn's CUBIC, and BBR), TLS links and
+# same topology with QUIC links (CUBIC, and BBR), TLS links and
 # stock tor, side by side in one `onionmix compare` per condition, through
 # the link emulator (needs root). Results go to $OUT (default
 # /tmp/seed-004); docs/experiments/seed-004/README.md has what was run and
@@ -34,6 +34,22 @@ RUNS234=${RUNS234:-25}
 DELAYS=${DELAYS:-"20 40"}
 LOSSES=${LOSSES:-"0 0.01"}
 BIN=${BIN:-target/release/onionmix}
+# Networks compared per condition, the first against each other one:
+# quic-cubic, quic-bbr, tls, stock.
+SERIES=${SERIES:-"quic-cubic quic-bbr tls stock"}
+# The kernel's TCP congestion control for the run (TLS links, stock tor,
+# the sink): set while the script runs (network namespaces copy it when
+# they are made), restored after. Default cubic, Linux's and Debian's
+# default, so quic-cubic against tls compares like with like; TCP_CC=bbr
+# pairs tls with quic-bbr instead; TCP_CC= (empty) leaves the host alone.
+TCP_CC=${TCP_CC-cubic}
+CC_FILE=/proc/sys/net/ipv4/tcp_congestion_control
+if [ -n "$TCP_CC" ] && [ "$(cat "$CC_FILE")" != "$TCP_CC" ]; then
+  old_cc=$(cat "$CC_FILE")
+  echo "$TCP_CC" >"$CC_FILE"
+  trap 'echo "$old_cc" >"$CC_FILE"' EXIT
+fi
+echo "TCP congestion control: $(cat "$CC_FILE")"
 [ -x "$BIN" ] || cargo build --release -p onionmix
 mkdir -p "$OUT/specs"
 parts=("$@")
@@ -64,11 +80,11 @@ spec() {
 # first against each other one).
 series() {
   local tag=$1 delay=$2 loss=$3 relays=$4 clients=$5
-  spec "quic-cubic-$tag" onionmix quic "" "$delay" "$loss" "$relays" "$clients"
+  spec "quic-cubic-$tag" onionmix quic cubic "$delay" "$loss" "$relays" "$clients"
   spec "quic-bbr-$tag" onionmix quic bbr "$delay" "$loss" "$relays" "$clients"
   spec "tls-$tag" onionmix tls "" "$delay" "$loss" "$relays" "$clients"
   spec "stock-$tag" tor tls "" "$delay" "$loss" "$relays" "$clients"
-  for s in quic-cubic quic-bbr tls stock; do printf -- '--spec %s ' "$OUT/specs/$s-$tag.toml"; done
+  for s in $SERIES; do printf -- '--spec %s ' "$OUT/specs/$s-$tag.toml"; done
 }
 
 for p in "${parts[@]}"; do

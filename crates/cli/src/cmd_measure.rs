@@ -103,7 +103,13 @@ fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    format!("{cpu}, {cores} cores, Linux {kernel}")
+    // TLS links and stock tor's links back off with the kernel's TCP
+    // controller (and QUIC links with `auto` follow it): results depend on
+    // it, so every record names it.
+    let tcp = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    format!("{cpu}, {cores} cores, Linux {kernel}, TCP congestion control {tcp}")
 }
 
 fn git_commit() -> String {

@@ -56,7 +56,8 @@ impl Record {
 pub struct RunMeta {
     /// The command line.
     pub command: String,
-    /// Machine: CPU model, cores, kernel.
+    /// Machine: CPU model, cores, kernel, the kernel's TCP congestion
+    /// controller.
     pub machine: String,
     /// `git describe --always --dirty` of the source tree, if known.
     pub git_commit: String,

@@ -607,8 +607,12 @@ impl Pinned {
     }
 }
 
+/// Builds of a pinned circuit [`pin_streams`] tries before it gives up.
+pub const PIN_BUILD_ATTEMPTS: usize = 5;
+
 /// Build a circuit along `path` (fingerprints, first hop first: the path
-/// length is the caller's) with `EXTENDCIRCUIT`, wait until it is built,
+/// length is the caller's) with `EXTENDCIRCUIT` (a failed build is tried
+/// again, up to [`PIN_BUILD_ATTEMPTS`] builds), wait until it is built,
 /// then have the client leave new streams unattached
 /// (`__LeaveStreamsUnattached`) and attach each to that circuit
 /// (`ATTACHSTREAM`) until [`Pinned::finish`]. Works with stock tor's
@@ -629,42 +633,53 @@ pub async fn pin_streams(
     let (mut rd, mut wr) = subscribe(addr, cookie_file, "STREAM CIRC", timeout).await?;
     let mut line = String::new();
     let setup = async {
-        // A client that bootstrapped from an earlier consensus may not
-        // know every relay yet (552 No such router): ask again until its
-        // next consensus arrives, within `timeout`.
-        let circ = 'extend: loop {
-            wr.write_all(format!("EXTENDCIRCUIT 0 {}\r\n", path.join(",")).as_bytes())
-                .await
-                .map_err(|e| e.to_string())?;
+        // A build that fails (stock tor gives up on a build that passes
+        // its learned circuit build timeout, as one with a lost cell on a
+        // lossy link can) is tried again, as tor would for its own
+        // circuits, up to PIN_BUILD_ATTEMPTS times within `timeout`.
+        let mut failures = Vec::new();
+        let circ = 'attempt: loop {
+            // A client that bootstrapped from an earlier consensus may not
+            // know every relay yet (552 No such router): ask again until its
+            // next consensus arrives, within `timeout`.
+            let circ = 'extend: loop {
+                wr.write_all(format!("EXTENDCIRCUIT 0 {}\r\n", path.join(",")).as_bytes())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                loop {
+                    read_line(&mut rd, &mut line).await?;
+                    if line.starts_with("650") {
+                        continue;
+                    }
+                    let reply = line.trim_end();
+                    if let Some(id) = reply.strip_prefix("250 EXTENDED ") {
+                        break 'extend id.to_string();
+                    }
+                    if reply.starts_with("552 No such router") {
+                        break;
+                    }
+                    return Err(format!("EXTENDCIRCUIT: {reply}"));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            };
             loop {
                 read_line(&mut rd, &mut line).await?;
-                if line.starts_with("650") {
-                    continue;
-                }
-                let reply = line.trim_end();
-                if let Some(id) = reply.strip_prefix("250 EXTENDED ") {
-                    break 'extend id.to_string();
-                }
-                if reply.starts_with("552 No such router") {
-                    break;
-                }
-                return Err(format!("EXTENDCIRCUIT: {reply}"));
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        };
-        loop {
-            read_line(&mut rd, &mut line).await?;
-            let w: Vec<&str> = line.split_whitespace().collect();
-            if w.get(1) == Some(&"CIRC") && w.get(2) == Some(&circ.as_str()) {
-                match w.get(3) {
-                    Some(&"BUILT") => break,
-                    Some(&"FAILED" | &"CLOSED") => {
-                        return Err(format!("circuit {circ}: {}", line.trim_end()));
+                let w: Vec<&str> = line.split_whitespace().collect();
+                if w.get(1) == Some(&"CIRC") && w.get(2) == Some(&circ.as_str()) {
+                    match w.get(3) {
+                        Some(&"BUILT") => break 'attempt circ,
+                        Some(&"FAILED" | &"CLOSED") => {
+                            failures.push(format!("circuit {circ}: {}", line.trim_end()));
+                            if failures.len() >= PIN_BUILD_ATTEMPTS {
+                                return Err(failures.join("; "));
+                            }
+                            continue 'attempt;
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
             }
-        }
+        };
         wr.write_all(b"SETCONF __LeaveStreamsUnattached=1\r\n")
             .await
             .map_err(|e| e.to_string())?;

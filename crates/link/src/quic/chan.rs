@@ -228,6 +228,11 @@ impl Mux {
         let mut overflowed = Vec::new();
         {
             let mut st = lock(&self.state);
+            // Consecutive cells of one circuit go to its queue as one
+            // buffer (they are adjacent in `buf`, so joining them copies
+            // nothing): a bulk circuit's batch is one queue message, not
+            // one per cell.
+            let mut run: Option<(u32, BytesMut)> = None;
             while !buf.is_empty() {
                 let (circ_id, cmd, len) = match self.codec.peek_frame(&buf) {
                     Ok(Some(f)) => f,
@@ -245,7 +250,13 @@ impl Mux {
                 if st.closed {
                     continue;
                 }
+                if run.as_ref().is_some_and(|(id, _)| *id != circ_id) {
+                    self.queue_run(&st, run.take());
+                }
                 if cmd == ChanCmd::DESTROY {
+                    // The circuit's stream is reset: what it had queued
+                    // (and the run) is discarded with it.
+                    run = None;
                     let reason = cell.get(self.codec.circ_id_len() + 1).copied().unwrap_or(0);
                     if let Some(e) = st.circuits.remove(&circ_id) {
                         e.circ.destroy(reason);
@@ -265,26 +276,42 @@ impl Mux {
                 let Some(e) = st.circuits.get(&circ_id) else {
                     continue;
                 };
-                let n = cell.len();
+                let pending = run.as_ref().map_or(0, |(_, b)| b.len());
                 let now = e.circ.queued.load(Ordering::Relaxed);
-                if now.saturating_add(n) > self.max_circuit_queue {
+                if now.saturating_add(pending).saturating_add(cell.len()) > self.max_circuit_queue {
                     debug!("a circuit's stream queue is full; destroying the circuit");
+                    run = None;
                     if let Some(e) = st.circuits.remove(&circ_id) {
                         e.circ.destroy(destroy_reason::RESOURCELIMIT);
                     }
                     overflowed.push(circ_id);
                     continue;
                 }
-                self.add(&e.circ, n);
-                if e.tx.send(cell).is_err() {
-                    self.sub(&e.circ, n);
+                match &mut run {
+                    Some((_, b)) => b.unsplit(cell),
+                    None => run = Some((circ_id, cell)),
                 }
             }
+            self.queue_run(&st, run);
         }
         for id in overflowed {
             self.tell_reactor(id, destroy_reason::RESOURCELIMIT);
         }
         (!control.is_empty()).then_some(control)
+    }
+
+    /// Queue a run of one circuit's cells on its stream (if the circuit is
+    /// still there).
+    fn queue_run(&self, st: &State, run: Option<(u32, BytesMut)>) {
+        let Some((circ_id, cells)) = run else { return };
+        let Some(e) = st.circuits.get(&circ_id) else {
+            return;
+        };
+        let n = cells.len();
+        self.add(&e.circ, n);
+        if e.tx.send(cells).is_err() {
+            self.sub(&e.circ, n);
+        }
     }
 
     /// A new entry for a circuit we create; its task opens the stream.

@@ -61,8 +61,13 @@ pub const MAX_CIRCUIT_STREAMS_CAP: u32 = 1 << 20;
 /// The congestion controller of a QUIC link's sending side (quinn's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum QuicCongestion {
-    /// CUBIC (RFC 9438), quinn's default and Linux TCP's.
+    /// The family of the host's TCP controller
+    /// (`net.ipv4.tcp_congestion_control` of the node's network
+    /// namespace), so that a relay's QUIC and TLS links back off alike:
+    /// BBR where TCP uses BBR, NewReno for Reno, CUBIC otherwise.
     #[default]
+    Auto,
+    /// CUBIC (RFC 9438), quinn's default and Linux TCP's.
     Cubic,
     /// BBR (quinn's experimental BBRv1): paced at the measured bottleneck
     /// rate, not backed off by random loss.
@@ -75,12 +80,49 @@ impl std::str::FromStr for QuicCongestion {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "auto" => Ok(QuicCongestion::Auto),
             "cubic" => Ok(QuicCongestion::Cubic),
             "bbr" => Ok(QuicCongestion::Bbr),
             "newreno" => Ok(QuicCongestion::NewReno),
             other => Err(format!(
-                "unknown QUIC congestion controller {other:?} (cubic, bbr, newreno)"
+                "unknown QUIC congestion controller {other:?} (auto, cubic, bbr, newreno)"
             )),
+        }
+    }
+}
+
+/// Where the host's TCP controller is named (per network namespace).
+const HOST_TCP_CONGESTION: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+
+impl QuicCongestion {
+    /// The QUIC controller that matches the TCP controller `tcp` (a name
+    /// as in `net.ipv4.tcp_congestion_control`).
+    pub fn like_tcp(tcp: &str) -> QuicCongestion {
+        match tcp.trim() {
+            t if t.starts_with("bbr") => QuicCongestion::Bbr,
+            "reno" => QuicCongestion::NewReno,
+            _ => QuicCongestion::Cubic,
+        }
+    }
+
+    /// A concrete controller: [`QuicCongestion::Auto`] becomes the one
+    /// like the host's TCP controller (CUBIC if that cannot be read).
+    pub fn resolve(self) -> QuicCongestion {
+        match self {
+            QuicCongestion::Auto => std::fs::read_to_string(HOST_TCP_CONGESTION)
+                .map(|t| QuicCongestion::like_tcp(&t))
+                .unwrap_or(QuicCongestion::Cubic),
+            other => other,
+        }
+    }
+
+    /// The name the configuration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuicCongestion::Auto => "auto",
+            QuicCongestion::Cubic => "cubic",
+            QuicCongestion::Bbr => "bbr",
+            QuicCongestion::NewReno => "newreno",
         }
     }
 }
@@ -132,7 +174,7 @@ impl Default for QuicLimits {
             max_connections: 4096,
             max_pending_handshakes: 256,
             max_circuit_queue: 8 * 1024 * 1024,
-            congestion: QuicCongestion::Cubic,
+            congestion: QuicCongestion::Auto,
         }
     }
 }
@@ -172,8 +214,8 @@ impl QuicLimits {
             // peer sending one commits a protocol violation.
             .datagram_receive_buffer_size(None)
             .datagram_send_buffer_size(0);
-        match self.congestion {
-            QuicCongestion::Cubic => {}
+        match self.congestion.resolve() {
+            QuicCongestion::Auto | QuicCongestion::Cubic => {}
             QuicCongestion::Bbr => {
                 t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
             }
@@ -295,11 +337,13 @@ mod tests {
     #[test]
     fn congestion_controllers_parse_and_build() {
         for (name, want) in [
+            ("auto", QuicCongestion::Auto),
             ("cubic", QuicCongestion::Cubic),
             ("bbr", QuicCongestion::Bbr),
             ("newreno", QuicCongestion::NewReno),
         ] {
             assert_eq!(name.parse::<QuicCongestion>(), Ok(want));
+            assert_eq!(want.name(), name);
             let l = QuicLimits {
                 congestion: want,
                 ..QuicLimits::default()
@@ -309,7 +353,23 @@ mod tests {
         for bad in ["", "Cubic", "bbr2", "reno"] {
             assert!(bad.parse::<QuicCongestion>().is_err(), "{bad:?}");
         }
-        assert_eq!(QuicLimits::default().congestion, QuicCongestion::Cubic);
+        assert_eq!(QuicLimits::default().congestion, QuicCongestion::Auto);
+        assert_ne!(QuicCongestion::Auto.resolve(), QuicCongestion::Auto);
+        assert_eq!(QuicCongestion::Bbr.resolve(), QuicCongestion::Bbr);
+    }
+
+    #[test]
+    fn auto_follows_the_tcp_controller_family() {
+        for (tcp, want) in [
+            ("bbr\n", QuicCongestion::Bbr),
+            ("bbr3", QuicCongestion::Bbr),
+            ("cubic\n", QuicCongestion::Cubic),
+            ("reno", QuicCongestion::NewReno),
+            ("dctcp", QuicCongestion::Cubic),
+            ("", QuicCongestion::Cubic),
+        ] {
+            assert_eq!(QuicCongestion::like_tcp(tcp), want, "{tcp:?}");
+        }
     }
 
     #[test]

@@ -178,8 +178,9 @@ pub struct ClientConfig {
     #[serde(default = "default_quic_fallback")]
     pub quic_fallback_secs: u64,
     /// Congestion controller of the client's QUIC sending side (its
-    /// uploads to the guard): `cubic` (default), `bbr` or `newreno`, as
-    /// the relay option of the same name.
+    /// uploads to the guard): `auto` (default: like the host's TCP
+    /// controller), `cubic`, `bbr` or `newreno`, as the relay option of
+    /// the same name.
     #[serde(default = "default_quic_congestion")]
     pub quic_congestion: String,
 }
@@ -189,7 +190,7 @@ fn default_quic_fallback() -> u64 {
 }
 
 fn default_quic_congestion() -> String {
-    "cubic".into()
+    "auto".into()
 }
 
 /// Parse a relay fingerprint as written in configs: 40 hex digits,
@@ -268,7 +269,8 @@ impl ClientConfig {
         let congestion = self
             .quic_congestion
             .parse::<onionmix_link::quic::QuicCongestion>()
-            .map_err(|e| ConfigError::Invalid(format!("quic_congestion: {e}")))?;
+            .map_err(|e| ConfigError::Invalid(format!("quic_congestion: {e}")))?
+            .resolve();
         Ok(onionmix_link::QuicLimits {
             congestion,
             ..onionmix_link::QuicLimits::default()
@@ -465,7 +467,7 @@ mod tests {
         let c = ClientConfig::parse(&good()).unwrap();
         assert_eq!(
             c.quic_limits().unwrap().congestion,
-            onionmix_link::quic::QuicCongestion::Cubic
+            onionmix_link::quic::QuicCongestion::Auto.resolve()
         );
         let bbr = format!("quic_congestion = \"bbr\"\n{}", good());
         let c = ClientConfig::parse(&bbr).unwrap();

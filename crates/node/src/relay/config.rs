@@ -215,8 +215,9 @@ pub struct RelayConfig {
     /// before the link falls back to TLS.
     #[serde(default = "default_quic_fallback")]
     pub quic_fallback_secs: u64,
-    /// Congestion controller of the QUIC links' sending side: `cubic`
-    /// (default), `bbr` or `newreno` (`docs/quic-links.md` §8).
+    /// Congestion controller of the QUIC links' sending side: `auto`
+    /// (default: BBR if the host's TCP uses BBR, else CUBIC), `cubic`,
+    /// `bbr` or `newreno` (`docs/quic-links.md` §8).
     #[serde(default = "default_quic_congestion")]
     pub quic_congestion: String,
 }
@@ -233,7 +234,7 @@ fn default_conflux_ooo() -> usize {
 }
 
 fn default_quic_congestion() -> String {
-    "cubic".into()
+    "auto".into()
 }
 
 fn default_quic_fallback() -> u64 {
@@ -448,7 +449,11 @@ impl RelayConfig {
                 .clamp(1, onionmix_link::quic::MAX_CIRCUIT_STREAMS_CAP),
             max_connections: self.max_channels.max(1),
             // Checked when the configuration was read.
-            congestion: self.quic_congestion.parse().unwrap_or_default(),
+            congestion: self
+                .quic_congestion
+                .parse::<onionmix_link::quic::QuicCongestion>()
+                .unwrap_or_default()
+                .resolve(),
             ..d
         }
     }
@@ -464,7 +469,7 @@ mod tests {
         let c = RelayConfig::parse(base).unwrap();
         assert_eq!(
             c.quic_limits().congestion,
-            onionmix_link::quic::QuicCongestion::Cubic
+            onionmix_link::quic::QuicCongestion::Auto.resolve()
         );
         let c = RelayConfig::parse(&format!("{base}quic_congestion='bbr'")).unwrap();
         assert_eq!(

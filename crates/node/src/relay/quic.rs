@@ -188,7 +188,10 @@ pub(super) fn start(ctx: &Arc<RelayCtx>, bind: SocketAddr) -> Result<SocketAddr,
     set.quic = t.identity();
     ctx.endpoint_set(t.clone())?;
     ctx.install_link(set);
-    info!("QUIC links on udp/{local}");
+    info!(
+        "QUIC links on udp/{local}, congestion control {}",
+        ctx.cfg.quic_limits().congestion.name()
+    );
     tokio::spawn(serve(ctx.clone(), t));
     Ok(local)
 }

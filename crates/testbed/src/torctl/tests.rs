@@ -297,10 +297,11 @@ async fn signal_newnym_authenticates_and_checks_the_answer() {
     assert!(bad.await.unwrap_err().contains("bad signal"));
 }
 
-/// A control port that does not know a relay at first (552), then builds
-/// the circuit, announces a stream and takes it back at the end: the
-/// commands `pin_streams` sent, in order.
-async fn fake_pinning_port(l: tokio::net::TcpListener) -> Vec<String> {
+/// A control port that does not know a relay at first (552), then fails
+/// `fail_builds` builds (as stock tor's circuit build timeout does), then
+/// builds the circuit, announces a stream and takes it back at the end:
+/// the commands `pin_streams` sent, in order.
+async fn fake_pinning_port(l: tokio::net::TcpListener, fail_builds: usize) -> Vec<String> {
     let (s, _) = l.accept().await.unwrap();
     let (rd, mut wr) = s.into_split();
     let mut rd = BufReader::new(rd);
@@ -316,6 +317,11 @@ async fn fake_pinning_port(l: tokio::net::TcpListener) -> Vec<String> {
             extends += 1;
             if extends == 1 {
                 "552 No such router \"$BB\"\r\n".to_string()
+            } else if extends <= 1 + fail_builds {
+                format!(
+                    "250 EXTENDED {extends}\r\n650 CIRC {extends} LAUNCHED\r\n\
+                     650 CIRC {extends} FAILED $AA PURPOSE=GENERAL REASON=TIMEOUT\r\n"
+                )
             } else {
                 "250 EXTENDED 9\r\n650 CIRC 9 LAUNCHED\r\n650 CIRC 9 BUILT $AA,$BB\r\n".to_string()
             }
@@ -354,11 +360,11 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
     std::fs::write(&cookie, [7u8; 32]).unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let server = tokio::spawn(fake_pinning_port(l));
+    let server = tokio::spawn(fake_pinning_port(l, 2));
     let path = ["$AA".to_string(), "$BB".to_string()];
     let pinned = pin_streams(addr, &cookie, &path, Duration::from_secs(20))
         .await
-        .expect("pinned after the second EXTENDCIRCUIT");
+        .expect("pinned after two failed builds");
     assert_eq!(pinned.circ, "9");
     // The streams announced after SETCONF get attached, each once (a
     // second ATTACHSTREAM would detach stream 4 again), stream 5 again
@@ -372,6 +378,8 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
             "SETEVENTS STREAM CIRC",
             "EXTENDCIRCUIT 0 $AA,$BB",
             "EXTENDCIRCUIT 0 $AA,$BB",
+            "EXTENDCIRCUIT 0 $AA,$BB",
+            "EXTENDCIRCUIT 0 $AA,$BB",
             "SETCONF __LeaveStreamsUnattached=1",
             "ATTACHSTREAM 4 9",
             "ATTACHSTREAM 5 9",
@@ -381,6 +389,27 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
             "QUIT",
         ]
     );
+
+    // A circuit that fails every build is given up after
+    // PIN_BUILD_ATTEMPTS builds, naming the failures.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = tokio::spawn(fake_pinning_port(l, 100));
+    let err = pin_streams(addr, &cookie, &path, Duration::from_secs(20))
+        .await
+        .err()
+        .expect("gave up");
+    assert_eq!(
+        err.matches("REASON=TIMEOUT").count(),
+        PIN_BUILD_ATTEMPTS,
+        "{err}"
+    );
+    let seen = server.await.unwrap();
+    let extends = seen
+        .iter()
+        .filter(|q| q.starts_with("EXTENDCIRCUIT"))
+        .count();
+    assert_eq!(extends, 1 + PIN_BUILD_ATTEMPTS);
 
     // Any other refusal is an error at once.
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
