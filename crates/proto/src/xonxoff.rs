@@ -20,11 +20,17 @@ use crate::flow::{DeliverWindow, FlowError, PackageWindow, STREAM_WINDOW_INC};
 /// check the drain rate for an advisory XON (tor's
 /// `MAX_EXPECTED_CELL_BURST`).
 pub const MAX_EXPECTED_CELL_BURST: usize = 32;
+/// Circuits whose in-flight cells one stream may receive at once: a
+/// conflux set links two legs (`cfx_num_legs_set`, as tor and Arti
+/// clients build them), and the sender fills each leg's window.
+pub const STREAM_IN_FLIGHT_LEGS: usize = 2;
 /// Cells a stream may hold beyond its XOFF threshold before the receiver
 /// gives up on it: what a sender in slow start (window up to `cc_ss_max`,
-/// 5000 cells) may have in flight when the XOFF reaches it. The hard
-/// bound on a stream's buffer.
-pub const STREAM_BUFFER_EXTRA_CELLS: usize = 5000;
+/// 5000 cells, on each leg of a conflux set) may have in flight when the
+/// XOFF reaches it. The hard bound on a stream's buffer. (A bound of one
+/// leg's window ended fast downloads over conflux sets on loopback: the
+/// exit legitimately had more than 5000 cells in flight over two legs.)
+pub const STREAM_BUFFER_EXTRA_CELLS: usize = 5000 * STREAM_IN_FLIGHT_LEGS;
 /// Counts at which the dropmark counters are halved.
 const COUNT_SCALE_AT: u32 = 200;
 /// Bytes sent at which the dropmark counters are halved.

@@ -200,6 +200,7 @@ impl Reactor {
                             events: tx,
                             gate,
                             buffered: 0,
+                            queued: 0,
                             end_after_flush: None,
                         },
                     );

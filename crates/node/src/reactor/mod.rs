@@ -40,6 +40,8 @@ struct StreamSink {
     gate: Arc<StreamGate>,
     /// Bytes delivered to `events` and not yet reported drained.
     buffered: usize,
+    /// DATA cells delivered to `events` and not yet reported drained.
+    queued: usize,
     /// The application ended the stream (END with this reason) while some
     /// of its DATA still waited for the circuit's window: END follows the
     /// last of it, so nothing the application wrote is lost.
@@ -346,6 +348,7 @@ impl Reactor {
                                 events,
                                 gate: gate.clone(),
                                 buffered: 0,
+                                queued: 0,
                                 end_after_flush: None,
                             },
                         );
@@ -407,6 +410,7 @@ impl Reactor {
                     return;
                 };
                 s.buffered = s.buffered.saturating_sub(bytes);
+                s.queued = s.queued.saturating_sub(cells as usize);
                 let buffered = s.buffered;
                 let res = e.circ.stream_drained(
                     stream,
@@ -611,15 +615,21 @@ impl Reactor {
                     return;
                 }
                 let len = data.len();
-                if s.events
+                let why = if !stream_may_queue(s.queued, e.leg.is_some()) {
+                    Some("the exit ignored flow control")
+                } else if s
+                    .events
                     .try_send(StreamEvent::Data(Bytes::from(data)))
                     .is_err()
                 {
-                    // The application is gone (or the exit ignored flow
-                    // control and the bounded queue is full).
+                    Some("its application is gone")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
                     debug!(
-                        "ending a stream whose application is gone or whose queue is full ({} bytes)",
-                        s.buffered
+                        "ending a stream: {why} ({} bytes, {} cells queued)",
+                        s.buffered, s.queued
                     );
                     if let Some(s) = e.streams.remove(&stream) {
                         s.gate.close();
@@ -631,6 +641,7 @@ impl Reactor {
                     return;
                 }
                 s.buffered = s.buffered.saturating_add(len);
+                s.queued = s.queued.saturating_add(1);
                 let buffered = s.buffered;
                 if let Ok(Some(cell)) = e.circ.stream_buffered(stream, buffered, Instant::now()) {
                     debug!("flow control for a stream with {buffered} bytes buffered");
