@@ -67,6 +67,11 @@ pub struct ConfluxSet<T> {
 }
 
 impl<T> ConfluxSet<T> {
+    /// Bytes the reorder queue may hold.
+    pub fn max_ooo_bytes(&self) -> usize {
+        self.max_ooo_bytes
+    }
+
     /// An empty set accepting at most `max_legs` legs and `max_ooo_bytes`
     /// queued out of order.
     pub fn new(max_legs: usize, max_ooo_bytes: usize) -> Self {

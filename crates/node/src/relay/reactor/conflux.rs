@@ -41,6 +41,16 @@ impl StreamHost for SetHost<'_> {
         // Every leg negotiated congestion control.
         true
     }
+    fn reorder_burst(&self) -> usize {
+        reorder_burst(self.inner.cfx.max_ooo_bytes())
+    }
+}
+
+/// DATA messages a reorder queue of `max_ooo_bytes` hands over at once when
+/// its gap fills: as many as its byte budget can charge (each message
+/// costs its length plus `QUEUED_MSG_OVERHEAD`, and is at least 1 byte).
+pub(crate) fn reorder_burst(max_ooo_bytes: usize) -> usize {
+    max_ooo_bytes / (1 + onionmix_proto::conflux::QUEUED_MSG_OVERHEAD)
 }
 
 impl Reactor {
@@ -293,4 +303,23 @@ pub(crate) fn set_stream_closed(ctx: &RelayCtx, set: &Arc<ExitSet>, sid: u16) {
         ctx,
     };
     super::streams::stream_closed(&mut host, sid);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reorder_burst;
+    use onionmix_proto::conflux::QUEUED_MSG_OVERHEAD;
+
+    #[test]
+    fn a_stream_on_a_set_takes_a_full_reorder_queue_at_once() {
+        // However the client sized its DATA cells, everything a full
+        // reorder queue releases fits the stream's queue on top of what
+        // flow control allows (which is `STREAM_QUEUE` alone).
+        let budget = 8 << 20;
+        for len in [1usize, 2, 100, 498] {
+            let held = budget / (len + QUEUED_MSG_OVERHEAD);
+            assert!(held <= reorder_burst(budget), "{len}-byte cells");
+        }
+        assert_eq!(reorder_burst(0), 0);
+    }
 }

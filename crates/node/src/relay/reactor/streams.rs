@@ -20,6 +20,11 @@ pub(crate) trait StreamHost {
     fn path(&self) -> StreamPath;
     /// Whether the streams run under congestion control.
     fn is_cc(&self) -> bool;
+    /// DATA messages that may reach one stream at once beyond what flow
+    /// control bounds (a conflux set's reorder queue releasing).
+    fn reorder_burst(&self) -> usize {
+        0
+    }
 }
 
 /// Send stream flow-control messages (stream SENDMEs, XON, XOFF),
@@ -79,7 +84,7 @@ pub(crate) fn open_exit_stream(
     req: exit::Request,
     anonymous: bool,
 ) {
-    let (tx, rx) = mpsc::channel(exit::STREAM_QUEUE);
+    let (tx, rx) = mpsc::channel(exit::STREAM_QUEUE.saturating_add(host.reorder_burst()));
     let gate = Arc::new(StreamGate::for_circuit(host.is_cc()));
     host.txs().insert(
         sid,
