@@ -35,7 +35,7 @@ pub const STREAM_PLAIN_CELLS: usize = STREAM_WINDOW_START as usize + STREAM_BUFF
 /// drains the set's delivery queue (at most `MAX_DELIVERY` messages), so
 /// an exit that honours every XOFF can still put that many in one burst.
 /// (With 5,500 cells, 100 MB/s downloads over QUIC links on loopback lost
-/// their streams whenever the home reactor drained 10 ms late.)
+/// their streams whenever the home reactor drained some 30 ms late.)
 pub const STREAM_SET_CELLS: usize = STREAM_PLAIN_CELLS + crate::client::conflux::MAX_DELIVERY;
 /// Depth of a stream's inbound event queue: the larger cell bound plus
 /// the control events. Slots are allocated as used, not up front.
