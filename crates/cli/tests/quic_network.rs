@@ -35,6 +35,34 @@ fn status(dir: &Path) -> (String, NetworkInfo) {
     (text, NetworkInfo::load(dir).unwrap())
 }
 
+/// [`status`], polled until `ready` holds or 30 s pass (the last one is
+/// returned either way, for the caller's assertions). Relays rewrite their
+/// status.json about once a second, so a link opened just before the call
+/// may not show yet.
+fn status_when(dir: &Path, ready: impl Fn(&str, &NetworkInfo) -> bool) -> (String, NetworkInfo) {
+    let t0 = std::time::Instant::now();
+    let limit = std::time::Duration::from_secs(30);
+    common_net::wait_for(
+        "testnet status",
+        limit * 2,
+        std::time::Duration::from_millis(500),
+        || {
+            let (text, info) = status(dir);
+            (ready(&text, &info) || t0.elapsed() > limit).then_some((text, info))
+        },
+    )
+}
+
+/// The transports of links onionmix relays report with clients.
+fn client_links(info: &NetworkInfo) -> Vec<String> {
+    info.nodes
+        .iter()
+        .flat_map(|n| n.links.iter())
+        .filter(|l| l.peer == "client")
+        .map(|l| l.transport.clone())
+        .collect()
+}
+
 fn is_onionmix(info: &NetworkInfo, peer: &str) -> Option<bool> {
     info.node(peer)
         .map(|n| n.implementation == Implementation::Onionmix)
@@ -95,22 +123,18 @@ fn onionmix_basic_quic_network() {
 
     // Every link between onionmix nodes is QUIC: relays and authorities
     // among themselves, and the client's to its first hops.
-    let (text, info) = status(&dir);
+    let (text, info) = status_when(&dir, |_, i| {
+        relay_links(i).len() >= 8 && !client_links(i).is_empty()
+    });
     assert!(text.contains("links of onionmix relays"), "{text}");
     let links = relay_links(&info);
     assert!(links.len() >= 8, "{links:?}");
     for (node, peer, _, t) in &links {
         assert_eq!(t, "quic", "{node} - {peer}\n{text}");
     }
-    let client_links: Vec<&str> = info
-        .nodes
-        .iter()
-        .flat_map(|n| n.links.iter())
-        .filter(|l| l.peer == "client")
-        .map(|l| l.transport.as_str())
-        .collect();
+    let client_links = client_links(&info);
     assert!(!client_links.is_empty(), "{text}");
-    assert!(client_links.iter().all(|t| *t == "quic"), "{text}");
+    assert!(client_links.iter().all(|t| t == "quic"), "{text}");
     drop(net);
 }
 
@@ -130,7 +154,7 @@ fn mixed_quic_network() {
     }
     // Onionmix to onionmix: QUIC; onionmix to stock tor: TLS. Our
     // authorities test every relay's reachability, so both kinds exist.
-    let (text, info) = status(&dir);
+    let (text, info) = status_when(&dir, |t, _| t.contains(" quic ") && t.contains(" tls "));
     let links = relay_links(&info);
     let mut seen = (0, 0);
     for (node, peer, om, t) in &links {
@@ -161,7 +185,7 @@ fn onionmix_basic_quic_20ms_through_the_emulator() {
     assert!(!socks.ip().is_loopback(), "nodes get their own addresses");
     let rt = tokio::runtime::Runtime::new().unwrap();
     fetch(&rt, &info, socks, 5 << 20);
-    let (text, info) = status(&dir);
+    let (text, info) = status_when(&dir, |_, i| !relay_links(i).is_empty());
     let links = relay_links(&info);
     assert!(!links.is_empty(), "{text}");
     assert!(links.iter().all(|l| l.3 == "quic"), "{text}");
@@ -205,7 +229,11 @@ fn blocked_udp_falls_back_to_tls() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     // Every circuit ends at omexit0: its last hop had to fall back.
     fetch(&rt, &info, socks, 5 << 20);
-    let (text, info) = status(&dir);
+    let (text, info) = status_when(&dir, |_, i| {
+        let l = relay_links(i);
+        l.iter().any(|l| l.0 == "omexit0" || l.1 == "omexit0")
+            && l.iter().any(|l| l.0 != "omexit0" && l.1 != "omexit0")
+    });
     let links = relay_links(&info);
     let (mut to_exit, mut others) = (0, 0);
     for (node, peer, _, t) in &links {
