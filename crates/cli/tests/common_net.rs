@@ -143,6 +143,30 @@ pub async fn download(
     Ok((r, t0.elapsed()))
 }
 
+/// [`download`] by a client that pipelines (proposal 181): its HTTP
+/// request leaves with the SOCKS request, before any reply.
+#[allow(dead_code)]
+pub async fn download_pipelined(
+    proxy: SocketAddr,
+    host: &str,
+    port: u16,
+    n: u64,
+) -> Result<(http::Response, Duration), String> {
+    let t0 = Instant::now();
+    let target = Target::Host(host.to_string(), port);
+    let mut s = socks::connect_pipelined(proxy, &target, None, Duration::from_secs(60))
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = tokio::time::timeout(
+        Duration::from_secs(120),
+        http::get(&mut s, host, &format!("/bytes/{n}"), t0),
+    )
+    .await
+    .map_err(|_| "download timed out".to_string())?
+    .map_err(|e| e.to_string())?;
+    Ok((r, t0.elapsed()))
+}
+
 /// The password the control-port tests' clients accept
 /// (`HashedControlPassword`, besides the cookie).
 pub const CONTROL_PASSWORD: &str = "correct horse";

@@ -211,6 +211,25 @@ fn onion_services_interoperate_with_stock_tor() {
             assert!(r.sha256_ok(), "{who}: SHA-256 mismatch for {n} bytes");
             eprintln!("{who}: {n} bytes in {t:?} (first byte {:?})", r.first_byte);
         }
+        // An application that sends its request right behind the SOCKS
+        // request (our client sends it behind BEGIN, before CONNECTED;
+        // stock tor holds it until CONNECTED).
+        let (r, t) = rt
+            .block_on(common_net::download_pipelined(
+                proxy,
+                &target.address,
+                target.http_port,
+                1 << 20,
+            ))
+            .unwrap_or_else(|e| panic!("{who}, pipelined: {e}"));
+        assert!(
+            r.status == 200 && r.body.len() == 1 << 20 && r.sha256_ok(),
+            "{who}"
+        );
+        eprintln!(
+            "{who}: 1 MiB pipelined in {t:?} (first byte {:?})",
+            r.first_byte
+        );
     }
     // status.json is rewritten once a second: wait for the counts. Both
     // services (stock and ours) offer congestion control in their

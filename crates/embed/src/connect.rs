@@ -59,7 +59,7 @@ pub(crate) async fn connect(
     // new identity); onion-service streams' rendezvous circuits are held
     // by the onion-service client.
     let (stream, circ) = match target {
-        Target::Onion { addr, port } => (c.hs.connect(&addr, port, &key).await?, None),
+        Target::Onion { addr, port } => (c.hs.connect(&addr, port, &key, &[]).await?, None),
         Target::Exit { host, port } => {
             let (s, circ) = exit_stream(c, &key, host, port, ctx.stream_timeout).await?;
             (s, Some(circ))

@@ -353,12 +353,15 @@ pub fn parse_pipelined_replies(buf: &[u8], auth: bool) -> Result<Option<usize>, 
 }
 
 /// A SOCKS5 CONNECT opened optimistically (see [`connect_pipelined`]):
-/// writes go straight to the proxy; the first reads consume and check
-/// the proxy's replies (a refusal is an I/O error carrying the
-/// [`SocksError`]).
+/// the request waits for the caller's first write and leaves with it, in
+/// one write to the proxy (a read or flush sends it alone); the first
+/// reads consume and check the proxy's replies (a refusal is an I/O
+/// error carrying the [`SocksError`]).
 #[derive(Debug)]
 pub struct PipelinedStream {
     inner: TcpStream,
+    /// The request, and what the caller wrote behind it, not yet sent.
+    unsent: Vec<u8>,
     auth: bool,
     /// Reply bytes collected so far (until the replies are complete).
     head: Vec<u8>,
@@ -367,9 +370,10 @@ pub struct PipelinedStream {
     done: bool,
 }
 
-/// CONNECT through the proxy without waiting for it: the request is
-/// written and the stream returned at once, so the caller's first bytes
-/// follow the SOCKS request in the same round trip.
+/// CONNECT through the proxy without waiting for it: the stream is
+/// returned once the TCP connection is up, and the caller's first bytes
+/// leave together with the SOCKS request (as a proposal 181 client sends
+/// them).
 pub async fn connect_pipelined(
     proxy: SocketAddr,
     target: &Target,
@@ -378,9 +382,8 @@ pub async fn connect_pipelined(
 ) -> Result<PipelinedStream, SocksError> {
     let msg = pipelined_request(target, auth)?;
     let fut = async {
-        let mut s = TcpStream::connect(proxy).await?;
+        let s = TcpStream::connect(proxy).await?;
         s.set_nodelay(true)?;
-        s.write_all(&msg).await?;
         Ok::<_, SocksError>(s)
     };
     let inner = tokio::time::timeout(timeout, fut)
@@ -388,11 +391,42 @@ pub async fn connect_pipelined(
         .map_err(|_| SocksError::Timeout)??;
     Ok(PipelinedStream {
         inner,
+        unsent: msg,
         auth: auth.is_some(),
         head: Vec::new(),
         extra: Vec::new(),
         done: false,
     })
+}
+
+/// Bytes a [`PipelinedStream`] holds back before it waits for the proxy.
+const MAX_UNSENT: usize = 64 * 1024;
+
+impl PipelinedStream {
+    /// Write out what is held back.
+    fn send_unsent(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        while !self.unsent.is_empty() {
+            match tokio::io::AsyncWrite::poll_write(
+                std::pin::Pin::new(&mut self.inner),
+                cx,
+                &self.unsent,
+            ) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.unsent.drain(..n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl tokio::io::AsyncRead for PipelinedStream {
@@ -403,6 +437,10 @@ impl tokio::io::AsyncRead for PipelinedStream {
     ) -> std::task::Poll<std::io::Result<()>> {
         use std::task::Poll;
         let me = self.get_mut();
+        match me.send_unsent(cx) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
         while !me.done {
             let mut tmp = [0u8; 512];
             let mut rb = tokio::io::ReadBuf::new(&mut tmp);
@@ -446,19 +484,45 @@ impl tokio::io::AsyncWrite for PipelinedStream {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        use std::task::Poll;
+        let me = self.get_mut();
+        if !me.unsent.is_empty() && me.unsent.len() < MAX_UNSENT {
+            // Behind the request, in the same write.
+            let n = buf.len().min(MAX_UNSENT - me.unsent.len());
+            me.unsent.extend_from_slice(&buf[..n]);
+            return match me.send_unsent(cx) {
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                _ => Poll::Ready(Ok(n)),
+            };
+        }
+        match me.send_unsent(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        }
+        std::pin::Pin::new(&mut me.inner).poll_write(cx, buf)
     }
     fn poll_flush(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let me = self.get_mut();
+        match me.send_unsent(cx) {
+            std::task::Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        std::pin::Pin::new(&mut me.inner).poll_flush(cx)
     }
     fn poll_shutdown(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let me = self.get_mut();
+        match me.send_unsent(cx) {
+            std::task::Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        std::pin::Pin::new(&mut me.inner).poll_shutdown(cx)
     }
 }
 
@@ -523,5 +587,48 @@ mod tests {
         assert!(parse_pipelined_replies(&[5, 2, 1, 1], true).is_err());
         assert!(parse_pipelined_replies(&[4, 0], false).is_err());
         assert!(parse_pipelined_replies(&[5, 0, 5, 0, 0, 9], false).is_err());
+    }
+
+    /// The request leaves with the caller's first write, in one write to
+    /// the proxy (the proxy's first read sees both), and the replies are
+    /// taken off what the caller reads.
+    #[tokio::test]
+    async fn pipelined_stream_sends_the_request_with_the_first_write() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = l.local_addr().unwrap();
+        let target = Target::Host("x.onion".into(), 80);
+        let mut expect = pipelined_request(&target, None).unwrap();
+        expect.extend_from_slice(b"GET /");
+        let want = expect.clone();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 256];
+            let mut reads = 0;
+            while got.len() < want.len() {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                got.extend_from_slice(&buf[..n]);
+                reads += 1;
+            }
+            assert_eq!(got, want);
+            s.write_all(&[5, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0])
+                .await
+                .unwrap();
+            s.write_all(b"200 OK").await.unwrap();
+            reads
+        });
+        let mut c = connect_pipelined(proxy, &target, None, Duration::from_secs(10))
+            .await
+            .unwrap();
+        // Nothing goes out before the first write.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.write_all(b"GET /").await.unwrap();
+        c.flush().await.unwrap();
+        let mut got = [0u8; 6];
+        c.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"200 OK");
+        assert_eq!(server.await.unwrap(), 1, "request and data in one read");
     }
 }

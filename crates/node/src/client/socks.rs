@@ -272,7 +272,7 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         nym_epoch: epoch,
     };
     if let (true, Some(hs)) = (onion, &ctx.hs) {
-        return super::hs::socks::connect(sock, hs, key, req, ctx.extended_errors).await;
+        return super::hs::socks::connect(sock, hs, key, req, &early, ctx.extended_errors).await;
     }
     match req.cmd {
         SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,

@@ -348,14 +348,19 @@ impl HsClient {
     }
 
     /// Open a stream to `port` of the service at `addr` (isolated by
-    /// `key`), within the connect timeout.
+    /// `key`), within the connect timeout. `early` holds bytes the
+    /// application sent before the stream opened (a pipelined SOCKS
+    /// request): they go right behind BEGIN, before CONNECTED (a service
+    /// takes DATA while it connects to its target; tor's exit and
+    /// service code both do), and again on a retried BEGIN.
     pub async fn connect(
         &self,
         addr: &OnionAddress,
         port: u16,
         key: &IsolationKey,
+        early: &[u8],
     ) -> Result<Stream, OnionConnectError> {
-        let res = self.connect_inner(addr, port, key).await;
+        let res = self.connect_inner(addr, port, key, early).await;
         let st = &self.inner.stats;
         HsStats::bump(if res.is_ok() {
             &st.connects_ok
@@ -370,6 +375,7 @@ impl HsClient {
         addr: &OnionAddress,
         port: u16,
         key: &IsolationKey,
+        early: &[u8],
     ) -> Result<Stream, OnionConnectError> {
         let rk: RendKey = (*addr.key(), key.clone());
         let gate = {
@@ -387,7 +393,7 @@ impl HsClient {
         let existing = lock(&self.inner.joined).get(&rk).cloned();
         if let Some(c) = existing {
             if c.is_usable(self.inner.cfg.max_dirtiness) {
-                match self.begin(&c, port).await {
+                match self.begin(&c, port, early).await {
                     Ok(s) => {
                         HsStats::bump(&self.inner.stats.rend_reused);
                         return Ok(s);
@@ -412,10 +418,10 @@ impl HsClient {
                 j.insert(rk, circ.clone());
             }
         }
-        Ok(self.begin(&circ, port).await?)
+        Ok(self.begin(&circ, port, early).await?)
     }
 
-    async fn begin(&self, circ: &Circuit, port: u16) -> Result<Stream, StreamError> {
+    async fn begin(&self, circ: &Circuit, port: u16, early: &[u8]) -> Result<Stream, StreamError> {
         // rend-spec-v3 §4.3 / tor: the address is empty; the port is the
         // virtual port.
         let begin = Begin {
@@ -423,11 +429,14 @@ impl HsClient {
             port,
             flags: 0,
         };
-        match circ
-            .open_stream(StreamRequest::Begin(begin), self.inner.cfg.stream_timeout)
-            .await?
-        {
-            (s, StreamEvent::Connected(_)) => Ok(s),
+        let mut s = circ.begin_stream(StreamRequest::Begin(begin)).await?;
+        if !early.is_empty() {
+            // Fails only when the stream already ended: its END is read
+            // next.
+            let _ = s.write_all(early).await;
+        }
+        match s.first_event(self.inner.cfg.stream_timeout).await? {
+            StreamEvent::Connected(_) => Ok(s),
             _ => Err(StreamError::Unexpected),
         }
     }

@@ -26,12 +26,14 @@ pub fn reply_for_error(e: &OnionConnectError, extended_errors: bool) -> u8 {
     }
 }
 
-/// Serve a CONNECT to an onion service.
+/// Serve a CONNECT to an onion service; `early` holds what the
+/// application sent right behind its request (see [`HsClient::connect`]).
 pub async fn connect(
     mut sock: TcpStream,
     hs: &HsClient,
     key: IsolationKey,
     req: SocksRequest,
+    early: &[u8],
     extended_errors: bool,
 ) -> Result<(), String> {
     let addr = match &req.host {
@@ -47,7 +49,7 @@ pub async fn connect(
         let _ = sock.write_all(&req.reply(code, None)).await;
         return Err("not an onion address".into());
     };
-    match hs.connect(&addr, req.port, &key).await {
+    match hs.connect(&addr, req.port, &key, early).await {
         Ok(stream) => {
             sock.write_all(&req.reply(reply_code::SUCCEEDED, None))
                 .await
