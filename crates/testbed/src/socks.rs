@@ -44,7 +44,7 @@ pub fn reply_name(c: u8) -> &'static str {
 }
 
 /// Where to connect.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// A hostname (resolved by the exit).
     Host(String, u16),

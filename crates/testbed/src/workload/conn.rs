@@ -28,7 +28,7 @@ async fn connect_opt(
 ) -> Result<Conn, String> {
     if optimistic && !ep.direct && ep.tunnel.is_none() {
         let auth = user.map(|u| (u, "x"));
-        let s = socks::connect_pipelined(ep.socks, &Target::Addr(target), auth, timeout)
+        let s = socks::connect_pipelined(ep.socks, &socks_target(ep, target), auth, timeout)
             .await
             .map_err(|e| format!("socks: {e}"))?;
         return Ok(Box::new(s));
@@ -62,15 +62,20 @@ pub(super) async fn connect(
         return Ok(s);
     }
     let auth = user.map(|u| (u, "x"));
-    // Through an onion service: its virtual port for the sink's server.
-    let dest = match &ep.onion {
+    socks::connect(ep.socks, &socks_target(ep, target), auth, timeout)
+        .await
+        .map_err(|e| format!("socks: {e}"))
+}
+
+/// What to ask the SOCKS port for to reach the sink's `target`: through
+/// the endpoint's onion service, when it has one, that service's virtual
+/// port for the sink's server; else the address itself.
+pub(super) fn socks_target(ep: &Endpoint, target: SocketAddr) -> Target {
+    match &ep.onion {
         Some(o) if target == ep.http => Target::Host(o.address.clone(), o.http_port),
         Some(o) if target == ep.echo => Target::Host(o.address.clone(), o.echo_port),
         _ => Target::Addr(target),
-    };
-    socks::connect(ep.socks, &dest, auth, timeout)
-        .await
-        .map_err(|e| format!("socks: {e}"))
+    }
 }
 
 /// A direct TCP connection made inside namespace `ns` (the measured

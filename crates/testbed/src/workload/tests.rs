@@ -7,6 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
+use crate::socks::Target;
 
 /// A SOCKS5 server that connects straight to the target (IPv4
 /// CONNECT; no auth or username/password, any credentials).
@@ -216,4 +217,49 @@ async fn workloads_produce_records() {
     let dead = dead_socks;
     let r = run_once(&quick("bulk"), &dead, 0, &|| {}).await;
     assert!(r[0].error.as_deref().unwrap().starts_with("socks"));
+}
+
+/// Optimistic SOCKS and plain SOCKS ask for the same destination: an
+/// endpoint's onion service (its virtual ports) when it has one. The
+/// optimistic path once asked for the sink's address instead, so
+/// `optimistic_socks` with `target = "onion"` measured an exit.
+#[test]
+fn both_socks_paths_go_to_the_onion_service() {
+    let (http, echo, other): (SocketAddr, SocketAddr, SocketAddr) = (
+        "10.0.0.1:80".parse().unwrap(),
+        "10.0.0.1:7".parse().unwrap(),
+        "10.0.0.1:9".parse().unwrap(),
+    );
+    let mut ep = Endpoint {
+        label: "x".into(),
+        socks: "127.0.0.1:9050".parse().unwrap(),
+        http,
+        echo,
+        https: None,
+        tls_ca: None,
+        direct: false,
+        netns: None,
+        status_json: None,
+        fresh: None,
+        control: None,
+        onion: None,
+        tunnel: None,
+        cpu: Vec::new(),
+    };
+    assert_eq!(super::conn::socks_target(&ep, http), Target::Addr(http));
+    let addr = format!("{}.onion", "a".repeat(56));
+    ep.onion = Some(super::OnionTarget {
+        address: addr.clone(),
+        http_port: 8080,
+        echo_port: 7007,
+    });
+    assert_eq!(
+        super::conn::socks_target(&ep, http),
+        Target::Host(addr.clone(), 8080)
+    );
+    assert_eq!(
+        super::conn::socks_target(&ep, echo),
+        Target::Host(addr, 7007)
+    );
+    assert_eq!(super::conn::socks_target(&ep, other), Target::Addr(other));
 }
