@@ -133,9 +133,23 @@ pub async fn download(
     )
     .await
     .map_err(|e| e.to_string())?;
+    get_bytes(&mut s, host, n, t0).await
+}
+
+/// GET `/bytes/{n}` from the sink on `s` (within 120 s); the response and
+/// the time since `t0`.
+async fn get_bytes<S>(
+    s: &mut S,
+    host: &str,
+    n: u64,
+    t0: Instant,
+) -> Result<(http::Response, Duration), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let r = tokio::time::timeout(
         Duration::from_secs(120),
-        http::get(&mut s, host, &format!("/bytes/{n}"), t0),
+        http::get(s, host, &format!("/bytes/{n}"), t0),
     )
     .await
     .map_err(|_| "download timed out".to_string())?
@@ -157,14 +171,7 @@ pub async fn download_pipelined(
     let mut s = socks::connect_pipelined(proxy, &target, None, Duration::from_secs(60))
         .await
         .map_err(|e| e.to_string())?;
-    let r = tokio::time::timeout(
-        Duration::from_secs(120),
-        http::get(&mut s, host, &format!("/bytes/{n}"), t0),
-    )
-    .await
-    .map_err(|_| "download timed out".to_string())?
-    .map_err(|e| e.to_string())?;
-    Ok((r, t0.elapsed()))
+    get_bytes(&mut s, host, n, t0).await
 }
 
 /// The password the control-port tests' clients accept

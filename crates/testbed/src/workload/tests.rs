@@ -9,6 +9,27 @@ use tokio::net::TcpStream;
 use super::*;
 use crate::socks::Target;
 
+/// An endpoint measured through the SOCKS port `socks`, to a sink's
+/// `http` and `echo` servers (no HTTPS, onion service or tunnel).
+fn socks_endpoint(label: &str, socks: SocketAddr, http: SocketAddr, echo: SocketAddr) -> Endpoint {
+    Endpoint {
+        label: label.into(),
+        socks,
+        http,
+        echo,
+        https: None,
+        tls_ca: None,
+        direct: false,
+        netns: None,
+        status_json: None,
+        fresh: None,
+        control: None,
+        onion: None,
+        tunnel: None,
+        cpu: Vec::new(),
+    }
+}
+
 /// A SOCKS5 server that connects straight to the target (IPv4
 /// CONNECT; no auth or username/password, any credentials).
 async fn direct_socks_server() -> SocketAddr {
@@ -67,20 +88,9 @@ async fn workloads_produce_records() {
         .unwrap();
     let socks = direct_socks_server().await;
     let ep = Endpoint {
-        label: "local/socks".into(),
-        socks,
-        http: sink.http,
-        echo: sink.echo,
         https: Some(https),
         tls_ca: Some(ca.clone()),
-        direct: false,
-        netns: None,
-        status_json: None,
-        fresh: None,
-        control: None,
-        onion: None,
-        tunnel: None,
-        cpu: Vec::new(),
+        ..socks_endpoint("local/socks", socks, sink.http, sink.echo)
     };
     let quick = |w: &str| {
         let mut c = WorkloadConfig::named(w).unwrap();
@@ -230,22 +240,7 @@ fn both_socks_paths_go_to_the_onion_service() {
         "10.0.0.1:7".parse().unwrap(),
         "10.0.0.1:9".parse().unwrap(),
     );
-    let mut ep = Endpoint {
-        label: "x".into(),
-        socks: "127.0.0.1:9050".parse().unwrap(),
-        http,
-        echo,
-        https: None,
-        tls_ca: None,
-        direct: false,
-        netns: None,
-        status_json: None,
-        fresh: None,
-        control: None,
-        onion: None,
-        tunnel: None,
-        cpu: Vec::new(),
-    };
+    let mut ep = socks_endpoint("x", "127.0.0.1:9050".parse().unwrap(), http, echo);
     assert_eq!(super::conn::socks_target(&ep, http), Target::Addr(http));
     let addr = format!("{}.onion", "a".repeat(56));
     ep.onion = Some(super::OnionTarget {
