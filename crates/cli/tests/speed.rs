@@ -125,6 +125,7 @@ async fn socks_port(circmgr: &CircMgr, optimistic_reply: bool) -> SocketAddr {
         ready,
         dir_ready: None,
         extended_errors: false,
+        reject_internal: false,
         hub: Arc::new(onionmix_node::client::control::hub::ControlHub::new()),
         optimistic_data: true,
         optimistic_reply,

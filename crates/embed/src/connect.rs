@@ -60,6 +60,14 @@ pub(crate) async fn connect(
     // by the onion-service client.
     let (stream, circ) = match target {
         Target::Onion { addr, port } => (c.hs.connect(&addr, port, &key, &[]).await?, None),
+        Target::Exit { host, .. }
+            if c.rejects_internal_addresses()
+                && onionmix_node::client::socks::is_internal_target(&host) =>
+        {
+            return Err(EmbedError::BadTarget(format!(
+                "{host} is an internal address (set client_reject_internal_addresses = false to allow it)"
+            )));
+        }
         Target::Exit { host, port } => {
             let (s, circ) = exit_stream(c, &key, host, port, ctx.stream_timeout).await?;
             (s, Some(circ))
@@ -99,6 +107,14 @@ async fn exit_stream(
             .map_err(|e| EmbedError::NoCircuit(e.to_string()))?;
         let e = match circ.begin_stream(StreamRequest::Begin(begin.clone())).await {
             Ok(mut s) => match s.first_event(timeout).await {
+                // An exit claiming an internal address is not believed
+                // (as on the SOCKS path).
+                Ok(StreamEvent::Connected(Some(a)))
+                    if c.rejects_internal_addresses()
+                        && onionmix_proto::netaddr::is_internal(a) =>
+                {
+                    StreamError::End(onionmix_cell::relay::end_reason::TORPROTOCOL)
+                }
                 Ok(StreamEvent::Connected(_)) => return Ok((s, circ)),
                 Ok(_) => StreamError::Unexpected,
                 Err(e) => e,

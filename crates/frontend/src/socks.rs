@@ -150,12 +150,38 @@ pub fn reply_for(version: SocksVersion, code: u8, bound: Option<(IpAddr, u16)>) 
     }
 }
 
+/// What a SOCKS port answers to an HTTP request (a browser configured
+/// to use it as an HTTP proxy): an HTTP error, with tor's status line, so
+/// that the user sees what is wrong instead of an empty reply.
+pub const NOT_AN_HTTP_PROXY_REPLY: &[u8] = b"HTTP/1.0 501 Tor is not an HTTP Proxy\r\n\
+Content-Type: text/html; charset=utf-8\r\n\
+Connection: close\r\n\
+\r\n\
+<html><head><title>This is a SOCKS proxy, not an HTTP proxy</title></head>\n\
+<body><h1>This is a SOCKS proxy, not an HTTP proxy</h1>\n\
+<p>This port speaks SOCKS4a and SOCKS5. Configure your application to use\n\
+it as a SOCKS proxy (for curl: <code>--proxy socks5h://host:port</code>),\n\
+with host names resolved by the proxy.</p></body></html>\n";
+
+/// The username prefix of proposal 351 (`<torS0X>`): a username that
+/// starts with it selects an extended SOCKS behaviour; only `<torS0X>0`
+/// (legacy isolation by username and password) is known, and any other
+/// is refused, as tor 0.4.9 refuses it.
+pub const TOR_SOCKS_EXT_PREFIX: &[u8] = b"<torS0X>";
+
 /// Why a SOCKS handshake failed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum SocksError {
-    /// Not SOCKS4 or SOCKS5 (e.g. an HTTP request sent to a SOCKS port).
+    /// Not SOCKS4 or SOCKS5.
     #[error("unsupported SOCKS version {0}")]
     Version(u8),
+    /// An HTTP request sent to the SOCKS port (first byte `G`, `H`, `P` or
+    /// `C`): answered with [`NOT_AN_HTTP_PROXY_REPLY`].
+    #[error("an HTTP request on a SOCKS port")]
+    HttpRequest,
+    /// A proposal 351 username (`<torS0X>...`) of a kind we do not know.
+    #[error("unsupported extended SOCKS username format")]
+    ExtendedUsername,
     /// No acceptable authentication method offered.
     #[error("no acceptable authentication method")]
     NoMethod,
@@ -177,7 +203,10 @@ impl SocksError {
     /// The SOCKS reply to send for this error, if a reply is possible.
     pub fn reply_code(&self) -> Option<u8> {
         match self {
-            SocksError::Version(_) | SocksError::NoMethod => None,
+            SocksError::Version(_)
+            | SocksError::NoMethod
+            | SocksError::HttpRequest
+            | SocksError::ExtendedUsername => None,
             SocksError::Command(_) => Some(reply_code::COMMAND_NOT_SUPPORTED),
             SocksError::AddrType(_) => Some(reply_code::ADDRTYPE_NOT_SUPPORTED),
             SocksError::Malformed(_) | SocksError::Hostname(_) => Some(reply_code::GENERAL_FAILURE),
@@ -219,6 +248,9 @@ pub struct SocksHandshake {
     state: State,
     auth: Option<(Vec<u8>, Vec<u8>)>,
     version: Option<SocksVersion>,
+    /// Replies to the messages that came before a failed one in the same
+    /// input (a pipelining client): still owed to the client.
+    unsent: Vec<u8>,
 }
 
 impl Default for SocksHandshake {
@@ -234,6 +266,7 @@ impl SocksHandshake {
             state: State::Greeting,
             auth: None,
             version: None,
+            unsent: Vec::new(),
         }
     }
 
@@ -242,11 +275,26 @@ impl SocksHandshake {
         self.version
     }
 
-    /// The reply to send for a failed handshake, in the client's version,
-    /// if a reply is possible.
+    /// What to send for a failed handshake: the replies owed to the
+    /// messages before the failed one, then the failure in the client's
+    /// version where a reply is possible; None if there is nothing to send.
     pub fn error_reply(&self, e: &SocksError) -> Option<Vec<u8>> {
+        let mut out = self.unsent.clone();
+        if let Some(r) = self.failure_reply(e) {
+            out.extend_from_slice(&r);
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    fn failure_reply(&self, e: &SocksError) -> Option<Vec<u8>> {
         match (self.version, e) {
+            (_, SocksError::HttpRequest) => Some(NOT_AN_HTTP_PROXY_REPLY.to_vec()),
             (Some(SocksVersion::V5), SocksError::NoMethod) => Some(vec![5, 0xFF]),
+            // A SOCKS5 request whose version byte is wrong still gets a
+            // SOCKS5 failure, as from tor.
+            (Some(SocksVersion::V5), SocksError::Version(_)) if self.state == State::Request => {
+                Some(reply(reply_code::GENERAL_FAILURE, None))
+            }
             (Some(v), _) => e.reply_code().map(|c| reply_for(v, c, None)),
             (None, _) => None,
         }
@@ -263,11 +311,18 @@ impl SocksHandshake {
         loop {
             let rest = &input[step.consumed..];
             let used = match self.state {
-                State::Greeting => self.greeting(rest, &mut step)?,
-                State::Request4 => self.request4(rest, &mut step)?,
-                State::UserPass => self.userpass(rest, &mut step)?,
-                State::Request => self.request(rest, &mut step)?,
-                State::Done => None,
+                State::Greeting => self.greeting(rest, &mut step),
+                State::Request4 => self.request4(rest, &mut step),
+                State::UserPass => self.userpass(rest, &mut step),
+                State::Request => self.request(rest, &mut step),
+                State::Done => Ok(None),
+            };
+            let used = match used {
+                Ok(u) => u,
+                Err(e) => {
+                    self.unsent = std::mem::take(&mut step.reply);
+                    return Err(e);
+                }
             };
             match used {
                 Some(n) => step.consumed += n,
@@ -287,6 +342,7 @@ impl SocksHandshake {
                 return Ok(Some(0));
             }
             5 => self.version = Some(SocksVersion::V5),
+            b'G' | b'H' | b'P' | b'C' => return Err(SocksError::HttpRequest),
             v => return Err(SocksError::Version(v)),
         }
         if b.len() < 2 {
@@ -307,7 +363,7 @@ impl SocksHandshake {
             step.reply.extend_from_slice(&[5, 0]);
             self.state = State::Request;
         } else {
-            step.reply.extend_from_slice(&[5, 0xFF]);
+            // [`Self::error_reply`] gives the "no acceptable method" reply.
             return Err(SocksError::NoMethod);
         }
         Ok(Some(2 + n))
@@ -331,6 +387,9 @@ impl SocksHandshake {
         }
         let user = b[2..2 + ulen].to_vec();
         let pass = b[3 + ulen..total].to_vec();
+        if user.starts_with(TOR_SOCKS_EXT_PREFIX) && user != b"<torS0X>0" {
+            return Err(SocksError::ExtendedUsername);
+        }
         self.auth = Some((user, pass));
         step.reply.extend_from_slice(&[1, 0]);
         self.state = State::Request;
@@ -338,6 +397,11 @@ impl SocksHandshake {
     }
 
     fn request(&mut self, b: &[u8], step: &mut Step) -> Result<Option<usize>, SocksError> {
+        // A username/password message after "no authentication" was
+        // chosen (socks-extensions §1.1: tor takes it, for isolation).
+        if b.first() == Some(&1) && self.auth.is_none() {
+            return self.userpass(b, step);
+        }
         if b.len() < 5 {
             return Ok(None);
         }
@@ -385,7 +449,8 @@ impl SocksHandshake {
             return Err(SocksError::Malformed("port 0"));
         }
         if cmd == SocksCmd::ResolvePtr && !matches!(host, TargetHost::Ip(_)) {
-            return Err(SocksError::Malformed("RESOLVE_PTR needs an address"));
+            // tor: "address type not supported" for a name.
+            return Err(SocksError::AddrType(3));
         }
         step.request = Some(SocksRequest {
             cmd,
@@ -404,10 +469,11 @@ impl SocksHandshake {
         if b.len() < 8 {
             return Ok(None);
         }
+        // SOCKS4 has no RESOLVE_PTR in tor (its reply has no room for a
+        // name).
         let cmd = match b[1] {
             1 => SocksCmd::Connect,
             0xF0 => SocksCmd::Resolve,
-            0xF1 => SocksCmd::ResolvePtr,
             c => return Err(SocksError::Command(c)),
         };
         let port = u16::from_be_bytes([b[2], b[3]]);
@@ -430,8 +496,8 @@ impl SocksHandshake {
         if cmd == SocksCmd::Connect && port == 0 {
             return Err(SocksError::Malformed("port 0"));
         }
-        if cmd == SocksCmd::ResolvePtr && !matches!(host, TargetHost::Ip(_)) {
-            return Err(SocksError::Malformed("RESOLVE_PTR needs an address"));
+        if host == TargetHost::Ip(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) {
+            return Err(SocksError::Malformed("destination 0.0.0.0"));
         }
         step.request = Some(SocksRequest {
             cmd,
@@ -663,11 +729,90 @@ mod tests {
         let m = socks4(1, 80, [0, 0, 0, 1], &max, Some(b"x.example"));
         assert!(m.len() <= MAX_MSG);
         assert!(run(&m).unwrap().1.is_some());
+        // Destination 0.0.0.0 (not SOCKS4a), and RESOLVE_PTR, which tor
+        // refuses over SOCKS4.
+        assert!(run(&socks4(1, 80, [0, 0, 0, 0], b"", None)).is_err());
+        assert_eq!(
+            run(&socks4(0xF1, 0, [1, 2, 3, 4], b"", None)).unwrap_err(),
+            SocksError::Command(0xF1)
+        );
         // Garbage: no reply is possible.
         let mut h = SocksHandshake::new();
-        let e = h.handle(b"GET / HTTP/1.1\r\n").unwrap_err();
-        assert_eq!(e, SocksError::Version(b'G'));
+        let e = h.handle(&[7, 1, 0]).unwrap_err();
+        assert_eq!(e, SocksError::Version(7));
         assert_eq!(h.error_reply(&e), None);
+    }
+
+    #[test]
+    fn http_requests_get_an_http_error() {
+        for req in [
+            &b"GET http://example.com/ HTTP/1.1\r\n"[..],
+            b"HEAD / HTTP/1.0\r\n",
+            b"POST / HTTP/1.1\r\n",
+            b"PUT / HTTP/1.1\r\n",
+            b"CONNECT example.com:443 HTTP/1.1\r\n",
+        ] {
+            let mut h = SocksHandshake::new();
+            let e = h.handle(req).unwrap_err();
+            assert_eq!(e, SocksError::HttpRequest);
+            let reply = h.error_reply(&e).unwrap();
+            assert!(reply.starts_with(b"HTTP/1.0 501 Tor is not an HTTP Proxy\r\n"));
+            assert!(reply.windows(4).any(|w| w == b"\r\n\r\n"));
+        }
+    }
+
+    #[test]
+    fn extended_usernames_other_than_legacy_are_refused() {
+        let msg = |user: &[u8]| {
+            let mut m = vec![5, 1, 2, 1, user.len() as u8];
+            m.extend_from_slice(user);
+            m.extend_from_slice(&[1, b'k', 5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
+            m
+        };
+        let (_, req) = run(&msg(b"<torS0X>0")).unwrap();
+        assert_eq!(
+            req.unwrap().auth,
+            Some((b"<torS0X>0".to_vec(), b"k".to_vec()))
+        );
+        for bad in [&b"<torS0X>1"[..], b"<torS0X>", b"<torS0X>0x"] {
+            let mut h = SocksHandshake::new();
+            let e = h.handle(&msg(bad)).unwrap_err();
+            assert_eq!(e, SocksError::ExtendedUsername);
+            // The method reply is still owed; then closed, no auth reply.
+            assert_eq!(h.error_reply(&e), Some(vec![5, 2]));
+        }
+        // A name that merely contains the prefix is an ordinary one.
+        let (_, req) = run(&msg(b"x<torS0X>1")).unwrap();
+        assert!(req.unwrap().auth.is_some());
+    }
+
+    #[test]
+    fn username_password_after_no_auth_is_taken() {
+        // The client offered only "no authentication", then sends a
+        // username/password message anyway (socks-extensions §1.1).
+        let mut msg = vec![5, 1, 0];
+        msg.extend_from_slice(&[1, 1, b'u', 1, b'p']);
+        msg.extend_from_slice(&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
+        let (reply, req) = run(&msg).unwrap();
+        assert_eq!(reply, vec![5, 0, 1, 0]);
+        assert_eq!(req.unwrap().auth, Some((b"u".to_vec(), b"p".to_vec())));
+        // Only once.
+        let mut msg = vec![5, 1, 0, 1, 0, 0, 1, 0, 0];
+        msg.extend_from_slice(&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80]);
+        assert_eq!(run(&msg).unwrap_err(), SocksError::Version(1));
+    }
+
+    #[test]
+    fn socks5_request_with_a_bad_version_gets_a_failure_reply() {
+        let mut h = SocksHandshake::new();
+        let e = h
+            .handle(&[5, 1, 0, 4, 1, 0, 1, 1, 2, 3, 4, 0, 80])
+            .unwrap_err();
+        assert_eq!(e, SocksError::Version(4));
+        // The method reply it was owed, then the failure.
+        let mut want = vec![5, 0];
+        want.extend_from_slice(&reply(reply_code::GENERAL_FAILURE, None));
+        assert_eq!(h.error_reply(&e), Some(want));
     }
 
     #[test]
@@ -685,6 +830,9 @@ mod tests {
             run(&[5, 1, 0, 5, 1, 0, 3, 3, b'a', b' ', b'b', 0, 80]).unwrap_err(),
             SocksError::Hostname(_)
         ));
+        // RESOLVE_PTR of a name: "address type not supported", as tor.
+        let e = run(&[5, 1, 0, 5, 0xF1, 0, 3, 3, b'a', b'.', b'b', 0, 0]).unwrap_err();
+        assert_eq!(e.reply_code(), Some(reply_code::ADDRTYPE_NOT_SUPPORTED));
     }
 
     #[test]

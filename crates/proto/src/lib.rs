@@ -13,6 +13,7 @@ pub mod exitpolicy;
 pub mod flow;
 pub mod halfclosed;
 pub mod layer;
+pub mod netaddr;
 pub mod optimistic;
 pub mod preempt;
 pub mod relay_circ;

@@ -91,6 +91,15 @@ pub struct ClientConfig {
     /// Allow SOCKS on a non-loopback address (off by default).
     #[serde(default)]
     pub allow_public_socks: bool,
+    /// Refuse SOCKS requests for internal destinations (private, loopback
+    /// and link-local addresses, `localhost` and `*.local`) and close
+    /// streams whose exit reports an internal address, as tor's
+    /// `ClientRejectInternalAddresses` and `ClientDNSRejectInternalAddresses`:
+    /// an exit would reach its own network, and a hostile one could answer
+    /// a name with an address on the user's. Unset: on, except with
+    /// `testing_network` (as tor's `TestingTorNetwork`).
+    #[serde(default)]
+    pub client_reject_internal_addresses: Option<bool>,
     /// Answer with tor's extended SOCKS5 error codes (0xF0-0xF7, for onion
     /// services) where they apply, like tor's `SocksPort ... ExtendedErrors`
     /// flag. Off by default, as in tor.
@@ -387,6 +396,13 @@ impl ClientConfig {
         }
     }
 
+    /// Whether internal destinations are refused
+    /// (`client_reject_internal_addresses`; unset: unless a testing
+    /// network).
+    pub fn rejects_internal_addresses(&self) -> bool {
+        self.client_reject_internal_addresses
+            .unwrap_or(!self.testing_network)
+    }
     /// Circuit build timeout.
     pub fn circuit_build_timeout(&self) -> Duration {
         Duration::from_secs(self.circuit_build_timeout_secs)

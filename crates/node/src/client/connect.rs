@@ -107,10 +107,23 @@ pub async fn connect(
                             tr.failed(onionmix_cell::relay::end_reason::DONE, false);
                             return Err(e);
                         }
-                        Waited::Answer(Ok(StreamEvent::Connected(addr))) => {
+                        Waited::Answer(Ok(StreamEvent::Connected(addr)))
+                            if ctx.reject_internal
+                                && addr.is_some_and(onionmix_proto::netaddr::is_internal) =>
+                        {
+                            // tor (ClientDNSRejectInternalAddresses): an
+                            // exit that says it reached an internal address
+                            // is not believed; the stream is closed.
+                            debug!("an exit reported an internal address; closing the stream");
+                            drop(stream);
+                            Err(StreamError::End(
+                                onionmix_cell::relay::end_reason::TORPROTOCOL,
+                            ))
+                        }
+                        Waited::Answer(Ok(StreamEvent::Connected(_))) => {
                             if !replied {
-                                let bound = addr.map(|a| (a, 0));
-                                sock.write_all(&req.reply(reply_code::SUCCEEDED, bound))
+                                // As tor: no bound address in the reply.
+                                sock.write_all(&req.reply(reply_code::SUCCEEDED, None))
                                     .await
                                     .map_err(|e| e.to_string())?;
                             }

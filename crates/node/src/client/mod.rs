@@ -63,6 +63,7 @@ pub struct Client {
     pub onions: Arc<control::onions::Onions>,
     ready: watch::Receiver<bool>,
     testing: bool,
+    reject_internal: bool,
 }
 
 impl std::fmt::Debug for Client {
@@ -96,6 +97,12 @@ pub enum ClientError {
 }
 
 impl Client {
+    /// Whether internal destinations are refused (see
+    /// [`ClientConfig::rejects_internal_addresses`]).
+    pub fn rejects_internal_addresses(&self) -> bool {
+        self.reject_internal
+    }
+
     /// Start a client: bind SOCKS, then bootstrap in the background; host
     /// the configured onion services.
     pub async fn start(cfg: ClientConfig) -> Result<Client, ClientError> {
@@ -199,6 +206,7 @@ impl Client {
             ready: ready_rx.clone(),
             dir_ready: Some(dir_ready_rx),
             extended_errors: cfg.socks_extended_errors,
+            reject_internal: cfg.rejects_internal_addresses(),
             hub: hub.clone(),
             optimistic_data: cfg.optimistic_data,
             optimistic_reply: cfg.socks_optimistic_reply,
@@ -290,6 +298,7 @@ impl Client {
             onions,
             ready: ready_rx,
             testing: cfg.testing_network,
+            reject_internal: cfg.rejects_internal_addresses(),
         };
         let c = client.clone();
         tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx, dir_ready_tx).await });

@@ -65,6 +65,9 @@ pub struct SocksContext {
     /// Send tor's extended SOCKS5 errors (0xF0-0xF7, prop 304) where they
     /// apply, as tor's `SocksPort ... ExtendedErrors` does.
     pub extended_errors: bool,
+    /// Refuse internal destinations, and exits' internal answers
+    /// ([`super::config::ClientConfig::rejects_internal_addresses`]).
+    pub reject_internal: bool,
     /// What the control and metrics ports see.
     pub hub: Arc<ControlHub>,
     /// Send application data before CONNECTED to exits that take it
@@ -249,6 +252,14 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
             return Err(refusal_reason(&kind).into());
         }
     }
+    if ctx.reject_internal && req.cmd != SocksCmd::UdpAssociate && is_internal_target(&req.host) {
+        // tor: "Rejecting SOCKS request for anonymous connection to
+        // private address" (END_STREAM_REASON_PRIVATE_ADDR).
+        let _ = sock
+            .write_all(&req.reply(reply_code::GENERAL_FAILURE, None))
+            .await;
+        return Err("refused an internal destination".into());
+    }
     let epoch = ctx.hub.epoch.load(Ordering::Relaxed);
     if req.cmd == SocksCmd::UdpAssociate {
         // Each destination is tracked as its own stream.
@@ -279,6 +290,27 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
         SocksCmd::UdpAssociate => Err("UDP ASSOCIATE handled above".into()),
     }
+}
+
+/// Whether a destination is internal (a private, loopback or link-local
+/// address, or a name tor takes for this machine): with
+/// `reject_internal`, such requests never leave the client. RESOLVE_PTR
+/// of one is refused as well, as by tor.
+pub fn is_internal_target(host: &TargetHost) -> bool {
+    match host {
+        TargetHost::Ip(ip) => onionmix_proto::netaddr::is_internal(*ip),
+        TargetHost::Hostname(h) => onionmix_proto::netaddr::is_local_hostname(h),
+    }
+}
+
+/// An exit's answers without the internal addresses (tor's
+/// `ClientDNSRejectInternalAddresses`): a hostile exit cannot point a
+/// name at the user's own network.
+pub fn drop_internal_answers(answers: Vec<ResolvedAnswer>) -> Vec<ResolvedAnswer> {
+    answers
+        .into_iter()
+        .filter(|a| !matches!(a, ResolvedAnswer::Ip(ip, _) if onionmix_proto::netaddr::is_internal(*ip)))
+        .collect()
 }
 
 /// Wait (at most the stream timeout) until `ready`; on a timeout the
@@ -390,6 +422,11 @@ async fn resolve(
             tr.failed(e.end_reason(), matches!(e, StreamError::End(_)));
             return Err(format!("resolve failed: {e}"));
         }
+    };
+    let answers = if ctx.reject_internal {
+        drop_internal_answers(answers)
+    } else {
+        answers
     };
     tr.succeeded();
     tr.closed();
