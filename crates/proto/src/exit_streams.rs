@@ -90,9 +90,9 @@ impl ExitStreams {
                 None => Inbound::Nothing,
             },
             RelayMsg::Resolve(name) => {
-                if sid == 0 {
-                    return Err(RelayCircError::Protocol("RESOLVE with stream 0"));
-                }
+                // A lookup is a stream until its RESOLVED is sent: counted
+                // against the circuit's streams, never on a live ID.
+                self.check_new_stream(sid)?;
                 Inbound::Resolve { stream: sid, name }
             }
             RelayMsg::Data(d) => {

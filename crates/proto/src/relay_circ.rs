@@ -473,6 +473,40 @@ mod tests {
     }
 
     #[test]
+    fn resolve_is_a_stream_until_it_is_answered() {
+        use onionmix_cell::relay::TargetHost;
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let begin = onionmix_cell::relay::Begin {
+            host: TargetHost::Hostname("a.b".into()),
+            port: 80,
+            flags: 0,
+        };
+        let mut b = body(RelayCmd::BEGIN, 6, &begin.encode());
+        c.handle_inbound(false, &mut b).unwrap();
+        // Not on a live stream's ID: that would replace its entry.
+        let mut r = body(RelayCmd::RESOLVE, 6, b"a.example\0");
+        assert!(c.handle_inbound(false, &mut r).is_err());
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        let mut r = body(RelayCmd::RESOLVE, 7, b"a.example\0");
+        assert!(matches!(
+            c.handle_inbound(false, &mut r).unwrap().action,
+            Inbound::Resolve { stream: 7, .. }
+        ));
+        assert_eq!(c.n_streams(), 1);
+        // Counted against the circuit's streams.
+        for sid in 8..(8 + MAX_EXIT_STREAMS as u16 - 1) {
+            let mut r = body(RelayCmd::RESOLVE, sid, b"a.example\0");
+            c.handle_inbound(false, &mut r).unwrap();
+        }
+        let mut r = body(RelayCmd::RESOLVE, 9000, b"a.example\0");
+        assert!(c.handle_inbound(false, &mut r).is_err(), "over the limit");
+        // Answered (RESOLVED sent): the ID is free again.
+        c.streams_mut().stream_closed(7);
+        let mut r = body(RelayCmd::RESOLVE, 7, b"a.example\0");
+        assert!(c.handle_inbound(false, &mut r).is_ok());
+    }
+
+    #[test]
     fn udp_streams_take_datagrams_counted_by_the_circuit() {
         use onionmix_cell::relay::TargetHost;
         let mut c = RelayCircuit::new(Box::new(Clear), None);

@@ -168,5 +168,5 @@ fn vote_max_age() -> u64 {
 }
 
 fn is_public(a: Ipv4Addr) -> bool {
-    !(a.is_private() || a.is_loopback() || a.is_link_local() || a.is_unspecified())
+    !onionmix_proto::netaddr::is_internal_v4(a)
 }

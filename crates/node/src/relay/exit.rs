@@ -247,7 +247,18 @@ pub async fn run(s: ExitStream, req: Request) {
     }
 }
 
+/// Name lookups in flight at once in this process, at most: each holds a
+/// blocking-pool thread (the system resolver) or a UDP socket (the
+/// configured nameserver) for up to [`RESOLVE_TIMEOUT`]. Past it a lookup
+/// fails at once with RESOURCELIMIT, so a flood of RESOLVE or BEGIN cells
+/// with names cannot exhaust threads or descriptors.
+pub const MAX_LOOKUPS: usize = 256;
+static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
+
 async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+    let Ok(_permit) = LOOKUPS.try_acquire() else {
+        return Err(end_reason::RESOURCELIMIT);
+    };
     if let Some(ns) = ctx.cfg.nameserver {
         return match tokio::time::timeout(RESOLVE_TIMEOUT, super::dns::resolve(ns, host)).await {
             Ok(Ok(v)) if !v.is_empty() => Ok(v),
@@ -507,7 +518,9 @@ async fn resolve(s: ExitStream, name: String) {
                 v.dedup();
                 v
             }
-            Err(r) if r == end_reason::TIMEOUT => vec![ResolvedAnswer::TransientError],
+            Err(r) if r == end_reason::TIMEOUT || r == end_reason::RESOURCELIMIT => {
+                vec![ResolvedAnswer::TransientError]
+            }
             Err(_) => vec![ResolvedAnswer::NontransientError],
         }
     };

@@ -17,6 +17,7 @@ pub async fn extend(ctx: Arc<RelayCtx>, prev: PrevLink, e: Extend2) {
     let fail = |reason: u8| {
         prev.chan.send(RCmd::ExtendFailed {
             circ_id: prev.circ_id,
+            shared: prev.shared.clone(),
             reason,
         });
     };
@@ -33,13 +34,27 @@ pub async fn extend(ctx: Arc<RelayCtx>, prev: PrevLink, e: Extend2) {
         fail(destroy_reason::PROTOCOL);
         return;
     };
-    if !ctx.cfg.testing_network && !is_public(&addr) {
+    if addr.port() == 0 || addr.ip().is_unspecified() {
+        debug!("EXTEND2 to port 0 or an unspecified address");
+        fail(destroy_reason::PROTOCOL);
+        return;
+    }
+    // As tor without ExtendAllowPrivateAddresses (IPv4-mapped IPv6 too).
+    if !ctx.cfg.testing_network && onionmix_proto::netaddr::is_internal(addr.ip()) {
         debug!("refusing to extend to a private address");
         fail(destroy_reason::CONNECTFAILED);
         return;
     }
     if rsa_id == ctx.rsa_id {
         // Extending to ourselves is pointless and tor refuses it.
+        fail(destroy_reason::PROTOCOL);
+        return;
+    }
+    // Nor back to the previous hop (by either identity), as tor.
+    if let Some(p) = &prev.chan.peer
+        && (p.rsa_id == rsa_id || e.ed_id().is_some_and(|ed| ed == p.ed_id))
+    {
+        debug!("refusing to extend back to the previous hop");
         fail(destroy_reason::PROTOCOL);
         return;
     }
@@ -61,14 +76,5 @@ pub async fn extend(ctx: Arc<RelayCtx>, prev: PrevLink, e: Extend2) {
             debug!("extend failed: {err}");
             fail(destroy_reason::CONNECTFAILED);
         }
-    }
-}
-
-fn is_public(a: &SocketAddr) -> bool {
-    match a.ip() {
-        std::net::IpAddr::V4(v) => {
-            !(v.is_private() || v.is_loopback() || v.is_link_local() || v.is_unspecified())
-        }
-        std::net::IpAddr::V6(v) => !(v.is_loopback() || v.is_unspecified()),
     }
 }

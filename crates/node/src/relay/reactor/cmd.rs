@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Most bytes of an EXTENDED2 body (a relay cell's data field): a CREATED2
+/// whose handshake does not fit cannot be passed on.
+const MAX_EXTENDED2_BODY: usize = PAYLOAD_LEN - relay::DATA_OFFSET;
+
 impl Reactor {
     pub(super) fn handle_created2(&mut self, id: u32, payload: &[u8]) {
         let Some(n) = self.nexts.get_mut(&id) else {
@@ -12,7 +16,17 @@ impl Reactor {
             self.kill_next(id, true);
             return;
         }
-        let Ok(created) = Created2::parse(payload) else {
+        if lock(&n.prev.shared).closed {
+            // The client gave up on the circuit while we waited.
+            self.drop_orphan_next(id);
+            return;
+        }
+        // The handshake must fit an EXTENDED2 towards the client (tor
+        // closes the circuit when it cannot format one).
+        let Some(created) = Created2::parse(payload)
+            .ok()
+            .filter(|c| c.encode().len() <= MAX_EXTENDED2_BODY)
+        else {
             self.kill_next(id, true);
             return;
         };
@@ -25,6 +39,7 @@ impl Reactor {
         };
         n.prev.chan.send(RCmd::ExtendDone {
             circ_id: n.prev.circ_id,
+            shared: n.prev.shared.clone(),
             next,
             created,
         });
@@ -54,6 +69,7 @@ impl Reactor {
                 let Some(id) = self.alloc_circ_id() else {
                     prev.chan.send(RCmd::ExtendFailed {
                         circ_id: prev.circ_id,
+                        shared: prev.shared.clone(),
                         reason: destroy_reason::RESOURCELIMIT,
                     });
                     return;
@@ -66,21 +82,31 @@ impl Reactor {
                                 .codec
                                 .encode_fixed(id, Cmd::CREATE2, &b, &mut self.out);
                         }
-                        self.nexts.insert(id, Next { prev, open: false });
+                        self.nexts.insert(
+                            id,
+                            Next {
+                                prev,
+                                open: false,
+                                since: Instant::now(),
+                            },
+                        );
                         self.circuit_added();
                     }
                     Err(_) => prev.chan.send(RCmd::ExtendFailed {
                         circ_id: prev.circ_id,
+                        shared: prev.shared.clone(),
                         reason: destroy_reason::PROTOCOL,
                     }),
                 }
             }
             RCmd::ExtendDone {
                 circ_id,
+                shared,
                 next,
                 created,
             } => {
-                let Some(o) = self.origins.get_mut(&circ_id) else {
+                let same = |o: &&mut Origin| Arc::ptr_eq(&o.shared, &shared);
+                let Some(o) = self.origins.get_mut(&circ_id).filter(same) else {
                     // The client went away meanwhile: undo the extension.
                     let mut b = [0u8; PAYLOAD_LEN];
                     b[0] = destroy_reason::DESTROYED;
@@ -97,15 +123,24 @@ impl Reactor {
                 o.circ.extended(true);
                 self.originate(circ_id, RelayCmd::EXTENDED2, 0, &created.encode());
             }
-            RCmd::ExtendFailed { circ_id, reason } => {
-                if let Some(o) = self.origins.get_mut(&circ_id) {
-                    o.circ.extended(false);
-                }
+            RCmd::ExtendFailed {
+                circ_id,
+                shared,
+                reason,
+            } => {
+                // Only for the circuit that asked, not a later one that
+                // reuses its ID.
+                let Some(o) = self
+                    .origins
+                    .get_mut(&circ_id)
+                    .filter(|o| Arc::ptr_eq(&o.shared, &shared))
+                else {
+                    return;
+                };
+                o.circ.extended(false);
                 // tor-spec recommends DESTROY towards the client.
-                if self.origins.contains_key(&circ_id) {
-                    self.drop_origin(circ_id, false);
-                    self.send_destroy(circ_id, reason);
-                }
+                self.drop_origin(circ_id, false);
+                self.send_destroy(circ_id, reason);
             }
             RCmd::NextGone { circ_id } => {
                 if self.origins.contains_key(&circ_id) {

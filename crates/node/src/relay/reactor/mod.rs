@@ -131,6 +131,9 @@ pub enum RCmd {
     ExtendDone {
         /// Origin circuit ID.
         circ_id: u32,
+        /// The origin circuit's shared state: the reply is for that
+        /// circuit only, not for a later one that reuses its ID.
+        shared: SharedCirc,
         /// The next hop.
         next: NextLink,
         /// The next hop's reply.
@@ -140,6 +143,8 @@ pub enum RCmd {
     ExtendFailed {
         /// Origin circuit ID.
         circ_id: u32,
+        /// The origin circuit's shared state (as in `ExtendDone`).
+        shared: SharedCirc,
         /// DESTROY reason.
         reason: u8,
     },
@@ -243,7 +248,17 @@ struct Origin {
 struct Next {
     prev: PrevLink,
     open: bool,
+    /// When CREATE2 was sent (for a pending one's deadline).
+    since: Instant,
 }
+
+/// A CREATE2 we forwarded for an EXTEND2 that has no CREATED2 after this
+/// long is given up (DESTROY forward, the extension failed): a next hop
+/// that never answers cannot hold circuit slots.
+pub const CREATED2_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often pending extensions are checked (their origin gone, their
+/// deadline passed).
+const PENDING_SWEEP: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct Reactor {
     ctx: Arc<RelayCtx>,
@@ -321,12 +336,15 @@ impl Reactor {
         let ctx = self.ctx.clone();
         ctx.stats.channels.fetch_add(1, Ordering::Relaxed);
         let mut idle_since = Some(tokio::time::Instant::now());
+        let mut next_sweep = tokio::time::Instant::now() + PENDING_SWEEP;
         let why = loop {
             let idle_deadline = idle_since.map(|t| t + self.idle_timeout);
+            let pending = self.nexts.values().any(|n| !n.open);
             tokio::select! {
                 _ = sleep_until_opt(idle_deadline) => {
                     break "idle without circuits".to_string();
                 }
+                _ = tokio::time::sleep_until(next_sweep), if pending => {}
                 _ = self.me.writer.closed() => {
                     break if self.me.writer.is_aborted() {
                         "closed under memory pressure".to_string()
@@ -356,6 +374,10 @@ impl Reactor {
                         }
                     }
                 },
+            }
+            if tokio::time::Instant::now() >= next_sweep {
+                next_sweep = tokio::time::Instant::now() + PENDING_SWEEP;
+                self.sweep_pending_nexts(Instant::now());
             }
             if self.flush().is_err() {
                 break "writer gone".into();
@@ -547,6 +569,43 @@ impl Reactor {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Give up the pending extensions whose origin circuit is gone (its
+    /// client sent DESTROY while we waited for CREATED2) or whose next hop
+    /// did not answer within [`CREATED2_DEADLINE`].
+    fn sweep_pending_nexts(&mut self, now: Instant) {
+        let stale: Vec<(u32, bool)> = self
+            .nexts
+            .iter()
+            .filter(|(_, n)| !n.open)
+            .filter_map(|(id, n)| {
+                if lock(&n.prev.shared).closed {
+                    Some((*id, false))
+                } else if now.saturating_duration_since(n.since) >= CREATED2_DEADLINE {
+                    Some((*id, true))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (id, late) in stale {
+            if late {
+                debug!("a next hop did not answer CREATE2 in time");
+                self.kill_next(id, true);
+            } else {
+                self.drop_orphan_next(id);
+            }
+        }
+    }
+
+    /// Forget a next-hop entry whose origin circuit is gone, telling only
+    /// the next hop (DESTROY): the origin side has nothing to hear.
+    fn drop_orphan_next(&mut self, id: u32) {
+        if self.nexts.remove(&id).is_some() {
+            self.circuit_gone();
+            self.send_destroy(id, destroy_reason::DESTROYED);
+        }
+    }
+
     fn kill_next(&mut self, id: u32, send_destroy_forward: bool) {
         if let Some(n) = self.nexts.remove(&id) {
             self.circuit_gone();
@@ -567,6 +626,7 @@ impl Reactor {
             } else {
                 n.prev.chan.send(RCmd::ExtendFailed {
                     circ_id: n.prev.circ_id,
+                    shared: n.prev.shared.clone(),
                     reason: destroy_reason::DESTROYED,
                 });
             }
