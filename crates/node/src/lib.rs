@@ -12,6 +12,7 @@ pub mod glue;
 pub mod linkchoice;
 pub mod memory;
 pub mod metrics;
+pub mod procinfo;
 pub mod reactor;
 pub mod relay;
 pub mod service;

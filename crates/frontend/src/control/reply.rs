@@ -132,17 +132,12 @@ pub fn event(text: &str) -> Vec<u8> {
     format!("650 {}\r\n", one_line(text)).into_bytes()
 }
 
-/// A log-message event (§4.1.5): one line, or `650+SEVERITY` with a data
-/// block when the message spans lines.
+/// A log-message event (§4.1.5), always on one line as tor sends it: line
+/// breaks become spaces and trailing spaces go (controllers that read
+/// only the one-line form still get every message).
 pub fn log_event(severity: &str, msg: &str) -> Vec<u8> {
-    if msg.contains(['\r', '\n']) {
-        let mut out = format!("650+{severity}\r\n").into_bytes();
-        dot_encode(msg, &mut out);
-        out.extend_from_slice(b"650 OK\r\n");
-        out
-    } else {
-        event(&format!("{severity} {msg}"))
-    }
+    let flat = one_line(msg);
+    event(&format!("{severity} {}", flat.trim_end_matches(' ')))
 }
 
 #[cfg(test)]
@@ -181,10 +176,8 @@ mod tests {
         let mut out = Vec::new();
         dot_encode(".\n..x", &mut out);
         assert_eq!(out, b"..\r\n...x\r\n.\r\n");
-        assert_eq!(
-            log_event("NOTICE", "a\nb"),
-            b"650+NOTICE\r\na\r\nb\r\n.\r\n650 OK\r\n"
-        );
+        assert_eq!(log_event("NOTICE", "a\nb\r\n"), b"650 NOTICE a b\r\n");
+        assert_eq!(log_event("WARN", "one"), b"650 WARN one\r\n");
     }
 
     proptest::proptest! {

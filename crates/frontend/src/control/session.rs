@@ -270,7 +270,6 @@ pub(crate) const FLAG_FLAGS: KvFlags = KvFlags {
 
 /// Commands tor has that we recognise but do not implement (511).
 const UNIMPLEMENTED: &[&str] = &[
-    "SAVECONF",
     "MAPADDRESS",
     "REDIRECTSTREAM",
     "RESOLVE",
@@ -353,6 +352,18 @@ impl Session {
             "GETCONF" => commands::getconf(args, b),
             "SETCONF" | "RESETCONF" => commands::setconf(kw, args, b),
             "SETEVENTS" => self.setevents(args, b),
+            // The options SETCONF changes here live for the process only
+            // (the TOML file is the configuration): nothing to write, so
+            // SAVECONF succeeds, as controllers such as Tor Browser expect
+            // right after their SETCONF.
+            "SAVECONF" => match args.trim() {
+                "" => out(Reply::ok(), false),
+                a if a.eq_ignore_ascii_case("FORCE") => out(Reply::ok(), false),
+                a => out(
+                    Reply::single(512, &format!("Unexpected argument \"{a}\"")),
+                    false,
+                ),
+            },
             "SIGNAL" => commands::signal(args, b),
             "USEFEATURE" => commands::usefeature(args),
             "TAKEOWNERSHIP" | "DROPOWNERSHIP" => {
@@ -569,7 +580,11 @@ impl Session {
     fn setevents(&mut self, args: &str, b: &mut dyn Backend) -> Outcome {
         let mut mask = EventMask::default();
         for name in args.split_ascii_whitespace() {
-            if name.eq_ignore_ascii_case("EXTENDED") {
+            // EXTENDED is always on; AUTHDIR_NEWDESCS is obsolete, and
+            // tor takes it and ignores it too.
+            if name.eq_ignore_ascii_case("EXTENDED")
+                || name.eq_ignore_ascii_case("AUTHDIR_NEWDESCS")
+            {
                 continue;
             }
             if !mask.add(name) {

@@ -405,6 +405,22 @@ fn setconf_errors_like_tor() {
 }
 
 #[test]
+fn saveconf_succeeds_with_nothing_to_write() {
+    let (mut s, mut m, a) = authed();
+    let (r, closed) = run(
+        &mut s,
+        &mut m,
+        &a,
+        "SETCONF DisableNetwork=0\r\nSAVECONF\r\nsaveconf force\r\nSAVECONF now\r\n",
+    );
+    assert!(!closed);
+    assert_eq!(
+        r,
+        "250 OK\r\n250 OK\r\n250 OK\r\n512 Unexpected argument \"now\"\r\n"
+    );
+}
+
+#[test]
 fn signals_events_and_circuits() {
     let (mut s, mut m, a) = authed();
     let (r, _) = run(
@@ -426,6 +442,10 @@ fn signals_events_and_circuits() {
     );
     assert_eq!(r, "250 OK\r\n552 Unrecognized event \"FOO\"\r\n");
     assert!(m.events.has("CIRC") && m.events.has("STREAM"));
+    // The obsolete AUTHDIR_NEWDESCS is taken and ignored, as by tor.
+    let (r, _) = run(&mut s, &mut m, &a, "SETEVENTS CIRC AUTHDIR_NEWDESCS\r\n");
+    assert_eq!(r, "250 OK\r\n");
+    assert!(m.events.has("CIRC"));
     let fp = format!("${}", "A".repeat(40));
     let (r, _) = run(
         &mut s,

@@ -656,4 +656,4 @@ impl DirMgr {
 
 #[cfg(test)]
 #[path = "dir_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -23,7 +23,7 @@ fn fixture(name: &str) -> String {
     .unwrap()
 }
 
-fn netdir() -> NetDir {
+pub(crate) fn netdir() -> NetDir {
     let text = fixture("consensus-microdesc");
     let now = UnverifiedConsensus::parse(&text)
         .unwrap()

@@ -168,7 +168,8 @@ pub fn conf_lines(name: &str, values: Vec<Option<String>>) -> Vec<(String, Optio
 }
 
 /// The GETINFO keys every node answers alike (`version`, `config-file`,
-/// `config/names`, `info/names`, `process/pid`); None for any other key.
+/// `config/names`, `info/names`, `process/*`, `ip-to-country/*`); None
+/// for any other key.
 pub fn common_info(
     key: &str,
     config_path: Option<&Path>,
@@ -188,6 +189,13 @@ pub fn common_info(
             .join("\n"),
         "info/names" => info_names(info_keys),
         "process/pid" => std::process::id().to_string(),
+        "process/uid" => crate::procinfo::uid().to_string(),
+        "process/user" => crate::procinfo::user_name(),
+        "process/descriptor-limit" => crate::procinfo::descriptor_limit().to_string(),
+        // No GeoIP database is loaded (tor's answer without one).
+        k if k.starts_with("ip-to-country/") => {
+            return Some(Info::Fail("GeoIP data not loaded".into()));
+        }
         _ => return None,
     };
     Some(Info::Value(v))
@@ -389,19 +397,65 @@ pub fn ns_entry(nd: &NetDir, r: &ConsensusRelay) -> String {
     s
 }
 
-/// `GETINFO ns/all`, `ns/id/<spec>` or `ns/name/<spec>` from `nd` (None
-/// for another key; an unknown relay gives an empty value, as in tor).
-pub fn ns_value(nd: &NetDir, key: &str) -> Option<String> {
+/// `GETINFO ns/all`, `ns/id/<fingerprint>` or `ns/name/<nickname>` from
+/// `nd` (the current directory, if any).
+pub fn ns_value(nd: Option<&NetDir>, key: &str) -> Info {
+    // As tor (networkstatus.c): without a consensus every `ns/` key is
+    // empty; `ns/id/` must be hex ("551 Data not decodeable as hex"); a
+    // relay the consensus does not list is an unrecognized key (552).
+    let Some(nd) = nd else {
+        return Info::Value(String::new());
+    };
     if key == "ns/all" {
-        return Some(nd.listed().iter().map(|r| ns_entry(nd, r)).collect());
+        return Info::Value(nd.listed().iter().map(|r| ns_entry(nd, r)).collect());
     }
-    let spec = key
-        .strip_prefix("ns/id/")
-        .or_else(|| key.strip_prefix("ns/name/"))?;
-    Some(
-        find_relay(nd, spec)
-            .and_then(|(id, _)| nd.listed_by_rsa_id(&id))
-            .map(|r| ns_entry(nd, r))
-            .unwrap_or_default(),
-    )
+    let relay = if let Some(fp) = key.strip_prefix("ns/id/") {
+        match crate::client::config::parse_fingerprint(fp.trim_start_matches('$')) {
+            Some(id) => nd.listed_by_rsa_id(&id),
+            None => return Info::Fail("Data not decodeable as hex".into()),
+        }
+    } else if let Some(nick) = key.strip_prefix("ns/name/") {
+        find_relay(nd, nick).and_then(|(id, _)| nd.listed_by_rsa_id(&id))
+    } else {
+        None
+    };
+    match relay {
+        Some(r) => Info::Value(ns_entry(nd, r)),
+        None => Info::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod ns_tests {
+    use super::*;
+
+    #[test]
+    fn ns_keys_answer_as_tor() {
+        let nd = crate::client::dir::tests::netdir();
+        let value = |k: &str| match ns_value(Some(&nd), k) {
+            Info::Value(v) => v,
+            other => panic!("{k}: {other:?}"),
+        };
+        let fp = "6E0C2D928E2C1643BF6AF7EF5A84632202DC4CB5";
+        let entry = value(&format!("ns/id/{fp}"));
+        assert!(entry.starts_with("r relay3 "), "{entry}");
+        assert_eq!(value(&format!("ns/id/${fp}")), entry);
+        assert_eq!(value("ns/name/relay3"), entry);
+        assert!(value("ns/all").contains(&entry));
+        // Not listed: an unrecognized key; not hex: 551.
+        let unknown = format!("ns/id/{}", "0".repeat(40));
+        assert!(matches!(ns_value(Some(&nd), &unknown), Info::Unknown));
+        assert!(matches!(
+            ns_value(Some(&nd), "ns/name/nobody"),
+            Info::Unknown
+        ));
+        assert!(matches!(
+            ns_value(Some(&nd), "ns/id/xyz"),
+            Info::Fail(m) if m == "Data not decodeable as hex"
+        ));
+        // No directory yet: empty, whatever the key.
+        for k in ["ns/all", "ns/id/xyz", "ns/name/relay3"] {
+            assert!(matches!(ns_value(None, k), Info::Value(v) if v.is_empty()));
+        }
+    }
 }

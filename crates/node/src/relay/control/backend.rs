@@ -32,6 +32,11 @@ const INFO_KEYS: &[&str] = &[
     "signal/names",
     "features/names",
     "process/pid",
+    "process/uid",
+    "process/user",
+    "process/descriptor-limit",
+    "ip-to-country/*",
+    "status/version/current",
     "uptime",
     "fingerprint",
     "address",
@@ -163,12 +168,10 @@ impl RelayBackend {
             "traffic/read" => c.traffic.read.load(Ordering::Relaxed).to_string(),
             "traffic/written" => c.traffic.written.load(Ordering::Relaxed).to_string(),
             "dormant" => "0".into(),
+            "status/version/current" => "unknown".into(),
             "accounting/enabled" => "0".into(),
             k if k == "ns/all" || k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
-                match c.netdir() {
-                    Some(nd) => ns_value(&nd, k).unwrap_or_default(),
-                    None => return Info::Fail("Not enough directory information".into()),
-                }
+                return ns_value(c.netdir().as_deref(), k);
             }
             _ => return Info::Unknown,
         };

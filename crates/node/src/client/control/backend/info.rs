@@ -23,6 +23,15 @@ const INFO_KEYS: &[&str] = &[
     "signal/names",
     "features/names",
     "process/pid",
+    "process/uid",
+    "process/user",
+    "process/descriptor-limit",
+    "ip-to-country/*",
+    "status/version/current",
+    "address-mappings/all",
+    "address-mappings/config",
+    "address-mappings/cache",
+    "address-mappings/control",
     "uptime",
     "status/bootstrap-phase",
     "status/circuit-established",
@@ -33,6 +42,14 @@ const INFO_KEYS: &[&str] = &[
     "entry-guards",
     "net/listeners/socks",
     "net/listeners/control",
+    "net/listeners/or",
+    "net/listeners/dir",
+    "net/listeners/dns",
+    "net/listeners/trans",
+    "net/listeners/natd",
+    "net/listeners/httptunnel",
+    "net/listeners/extor",
+    "net/listeners/metrics",
     "ns/id/*",
     "ns/name/*",
     "ns/all",
@@ -87,10 +104,11 @@ impl ClientBackend {
                             .and_then(|n| n.listed_by_rsa_id(id))
                             .map(|r| r.nickname.clone())
                             .unwrap_or_default();
-                        format!("{} up", long_name(id, &nick))
+                        // Every entry ends its line, as in tor (so the
+                        // answer is a data block even for one guard).
+                        format!("{} up\n", long_name(id, &nick))
                     })
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                    .collect::<String>()
             }
             "net/listeners/socks" => self
                 .ctx
@@ -105,6 +123,29 @@ impl ClientBackend {
                 .map(|l| quote(l.as_bytes()))
                 .collect::<Vec<_>>()
                 .join(" "),
+            // Listeners a client does not have (tor: an empty list).
+            "net/listeners/or"
+            | "net/listeners/dir"
+            | "net/listeners/dns"
+            | "net/listeners/trans"
+            | "net/listeners/natd"
+            | "net/listeners/httptunnel"
+            | "net/listeners/extor" => String::new(),
+            // The configured address (a port of 0 is chosen at start and
+            // not known here: then nothing).
+            "net/listeners/metrics" => self
+                .cfg()
+                .metrics_port
+                .filter(|a| a.port() != 0)
+                .map(|a| quote(a.to_string().as_bytes()))
+                .unwrap_or_default(),
+            // No MapAddress, no DNS cache for applications: no mappings.
+            "address-mappings/all"
+            | "address-mappings/config"
+            | "address-mappings/cache"
+            | "address-mappings/control" => String::new(),
+            // onionmix is not a tor version the consensus can recommend.
+            "status/version/current" => "unknown".into(),
             "dormant" => bool01(hub.dormant.load(Ordering::Relaxed)),
             "onions/current" => self.ctx.onions.list(Some(self.sub_id)),
             "onions/detached" => self.ctx.onions.list(None),
@@ -114,10 +155,7 @@ impl ClientBackend {
             "fingerprint" => return Info::Fail("Not running in server mode".into()),
             "accounting/enabled" => "0".into(),
             k if k == "ns/all" || k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
-                match self.netdir() {
-                    Ok(nd) => ns_value(&nd, k).unwrap_or_default(),
-                    Err(e) => return e,
-                }
+                return ns_value(self.dir().netdir().as_deref(), k);
             }
             k if k.starts_with("md/id/") || k.starts_with("md/name/") => {
                 let nd = match self.netdir() {
