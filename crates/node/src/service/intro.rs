@@ -28,7 +28,7 @@ pub(super) async fn run(
     tx: mpsc::Sender<Ev>,
 ) {
     let res: Result<(), String> = async {
-        let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&keys.hop), &|_| true)
+        let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&keys.hop), None, &|_| true)
             .await
             .map_err(|e| e.to_string())?;
         let kh = circ.last_hop_kh();

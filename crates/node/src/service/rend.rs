@@ -64,7 +64,7 @@ pub(super) async fn serve(
         return;
     };
     let joined: Result<HsCirc, String> = async {
-        let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&rp), &|_| true)
+        let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&rp), None, &|_| true)
             .await
             .map_err(|e| e.to_string())?;
         let hs = HsCirc::attach(circ).await.map_err(|e| e.to_string())?;

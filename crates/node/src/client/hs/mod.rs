@@ -488,10 +488,9 @@ impl HsClient {
                     // point is made ready alongside.
                     if rend.ready.is_none() && rend.early.is_none() {
                         let me = self.clone();
-                        rend.early =
-                            Some(EarlyRend(tokio::spawn(
-                                async move { me.establish_rend().await },
-                            )));
+                        rend.early = Some(EarlyRend(tokio::spawn(async move {
+                            me.establish_rend(None).await
+                        })));
                     }
                     HsStats::bump(&self.inner.stats.desc_fetches);
                     lock(&self.inner.descs).remove(&svc);

@@ -199,11 +199,15 @@ pub fn hop_from_link_specs(
 /// one hop to `target`, or taken as it is); otherwise one is built,
 /// trying [`BUILD_ATTEMPTS`] paths. A failure at the target itself ends
 /// the attempts at once. Never pooled for reuse: the circuit serves this
-/// one purpose. Each call keeps the pool filled.
+/// one purpose. Each call keeps the pool filled. `spare` (with no target):
+/// a pooled circuit that can be extended to that hop is taken only when
+/// no other fits, because the caller extends one to it next (a client's
+/// rendezvous circuit and its introduction circuit are taken together).
 pub async fn build_circuit(
     dir: &Arc<DirMgr>,
     circmgr: &CircMgr,
     target: Option<&HopTarget>,
+    spare: Option<&HopTarget>,
     last_ok: &(dyn Fn(&Relay) -> bool + Sync),
 ) -> Result<Circuit, BuildError> {
     let pool = circmgr.hs_pool();
@@ -212,7 +216,7 @@ pub async fn build_circuit(
     // filling now, not after this build: the circuits that come next
     // (introduction, rendezvous) then find pre-built ones.
     refill_pool(dir, circmgr);
-    let res = from_pool(dir, circmgr, target, last_ok).await;
+    let res = from_pool(dir, circmgr, target, spare, last_ok).await;
     let res = match res {
         Some(r) => r,
         None => build_fresh(dir, circmgr, target, last_ok).await,
@@ -227,6 +231,7 @@ async fn from_pool(
     dir: &Arc<DirMgr>,
     circmgr: &CircMgr,
     target: Option<&HopTarget>,
+    spare: Option<&HopTarget>,
     last_ok: &(dyn Fn(&Relay) -> bool + Sync),
 ) -> Option<Result<Circuit, BuildError>> {
     let nd = dir.netdir()?;
@@ -240,7 +245,8 @@ async fn from_pool(
                         .is_some_and(|r| is_rend_point(r) && last_ok(r))
                 })
             };
-            let c = pool.take(Instant::now(), dead, fits)?;
+            let spared = |c: &Circuit| spare.is_some_and(|t| extendable_to(&nd, t)(c));
+            let c = pool.take_sparing(Instant::now(), dead, fits, spared)?;
             pool.counters.taken.fetch_add(1, Ordering::Relaxed);
             Some(Ok(c))
         }
@@ -378,7 +384,7 @@ pub async fn hsdir_request(
         // so they do not drain the circuits a rendezvous needs.
         let small = request.len() <= OPTIMISTIC_DIR_REQUEST_MAX;
         let circ = if small {
-            build_circuit(dir, circmgr, Some(hsdir), &|_| true).await
+            build_circuit(dir, circmgr, Some(hsdir), None, &|_| true).await
         } else {
             build_fresh(dir, circmgr, Some(hsdir), &|_| true).await
         }

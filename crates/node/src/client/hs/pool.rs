@@ -91,20 +91,38 @@ impl<T> Pool<T> {
         dead: impl Fn(&T) -> bool,
         fits: impl Fn(&T) -> bool,
     ) -> Option<T> {
+        self.take_sparing(now, dead, fits, |_| false)
+    }
+
+    /// [`Self::take`], except that an item that is `spared` is taken only
+    /// when no other one fits: the caller (or the one that comes right
+    /// after it) needs such items for something only they can serve.
+    pub fn take_sparing(
+        &self,
+        now: Instant,
+        dead: impl Fn(&T) -> bool,
+        fits: impl Fn(&T) -> bool,
+        spared: impl Fn(&T) -> bool,
+    ) -> Option<T> {
         let mut expired = Vec::new();
         let got = {
             let mut st = self.lock();
             let mut keep = VecDeque::with_capacity(st.ready.len());
-            let mut got = None;
             while let Some((at, item)) = st.ready.pop_front() {
                 if dead(&item) || now.saturating_duration_since(at) > MAX_AGE {
                     expired.push(item);
-                } else if got.is_none() && fits(&item) {
-                    got = Some(item);
                 } else {
                     keep.push_back((at, item));
                 }
             }
+            let fitting = |spare_ok: bool| {
+                keep.iter()
+                    .position(|(_, item)| fits(item) && (spare_ok || !spared(item)))
+            };
+            let got = fitting(false)
+                .or_else(|| fitting(true))
+                .and_then(|i| keep.remove(i))
+                .map(|(_, item)| item);
             st.ready = keep;
             got
         };
@@ -215,6 +233,27 @@ mod tests {
         let later = t0 + PREDICTION + Duration::from_secs(1);
         let _ = p.take(t0, |_| false, |_| true);
         assert_eq!(p.builds_wanted(later), 0);
+    }
+
+    #[test]
+    fn take_sparing_leaves_spared_items_while_others_fit() {
+        let p: Pool<u32> = Pool::default();
+        let t0 = Instant::now();
+        p.note_use(t0);
+        assert_eq!(p.builds_wanted(t0), TARGET);
+        // 1 is the oldest, and the only one the next caller can use.
+        for i in 1..=TARGET as u32 {
+            p.built(t0, i);
+        }
+        let spared = |x: &u32| *x == 1;
+        assert_eq!(p.take_sparing(t0, |_| false, |_| true, spared), Some(2));
+        assert_eq!(p.take(t0, |_| false, |x| *x == 1), Some(1), "left for it");
+        // With nothing else fitting, a spared item is still taken.
+        assert_eq!(
+            p.take_sparing(t0, |_| false, |x| *x != 2, |_| true),
+            Some(3)
+        );
+        assert_eq!(p.ready(), 0);
     }
 
     #[test]

@@ -60,12 +60,18 @@ pub(super) struct ReadyRend {
 }
 
 impl HsClient {
-    /// A rendezvous circuit with its point ready.
-    pub(super) async fn establish_rend(&self) -> Result<ReadyRend, HsCircError> {
+    /// A rendezvous circuit with its point ready. `intro`: the
+    /// introduction point the circuit taken alongside goes to; a pooled
+    /// circuit that could reach it is left for that one when another fits.
+    pub(super) async fn establish_rend(
+        &self,
+        intro: Option<&HopTarget>,
+    ) -> Result<ReadyRend, HsCircError> {
         let circ = build_circuit(
             &self.inner.dir,
             &self.inner.circmgr,
             None,
+            intro,
             &net::is_rend_point,
         )
         .await
@@ -106,12 +112,16 @@ impl HsClient {
             {
                 return Ok(r);
             }
-            self.establish_rend().await
+            self.establish_rend(Some(&ip_hop)).await
         };
         let intro_fut = async {
-            let c = build_circuit(&self.inner.dir, &self.inner.circmgr, Some(&ip_hop), &|_| {
-                true
-            })
+            let c = build_circuit(
+                &self.inner.dir,
+                &self.inner.circmgr,
+                Some(&ip_hop),
+                None,
+                &|_| true,
+            )
             .await
             .map_err(|e| {
                 debug!("introduction circuit: {e}");
