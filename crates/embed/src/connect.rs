@@ -13,7 +13,9 @@ use onionmix_cell::relay::{Begin, TargetHost, begin_flags};
 use onionmix_node::client::Client;
 use onionmix_node::client::circmgr::IsolationKey;
 use onionmix_node::client::circuit::Circuit;
-use onionmix_node::client::socks::{MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, retriable_end};
+use onionmix_node::client::socks::{
+    MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, attempt_timeout, retriable_end,
+};
 use onionmix_node::client::stream::{Stream, StreamError};
 use onionmix_node::reactor::{StreamEvent, StreamRequest};
 
@@ -99,14 +101,22 @@ async fn exit_stream(
     };
     let begin = Begin { host, port, flags };
     let mut last = StreamError::Timeout;
+    // As the SOCKS path: each attempt waits tor's retry timeout, the
+    // stream at most `timeout` in all.
+    let give_up = tokio::time::Instant::now() + timeout;
     for attempt in 0..MAX_STREAM_ATTEMPTS {
+        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let wait = attempt_timeout(attempt).min(left);
         let circ = c
             .circmgr
             .get_exit_circuit(key, Some(port))
             .await
             .map_err(|e| EmbedError::NoCircuit(e.to_string()))?;
         let e = match circ.begin_stream(StreamRequest::Begin(begin.clone())).await {
-            Ok(mut s) => match s.first_event(timeout).await {
+            Ok(mut s) => match s.first_event(wait).await {
                 // An exit claiming an internal address is not believed
                 // (as on the SOCKS path).
                 Ok(StreamEvent::Connected(Some(a)))

@@ -23,7 +23,8 @@ use onionmix_proto::optimistic::OptimisticData;
 use super::circmgr::IsolationKey;
 use super::control::streams::Tracked;
 use super::socks::{
-    MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, SocksContext, circuit_for, retriable_end,
+    MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, SocksContext, attempt_timeout, circuit_for,
+    retriable_end,
 };
 use super::stream::{Stream, StreamError};
 use crate::reactor::{StreamEvent, StreamRequest};
@@ -74,7 +75,21 @@ pub async fn connect(
     // EXITPOLICY, RESOURCELIMIT, HIBERNATING) retries on another circuit, up
     // to MAX_STREAM_ATTEMPTS; the circuit takes no new streams afterwards.
     let mut last_err = StreamError::Timeout;
+    // An exit that does not answer costs one attempt's time (tor's 10 s,
+    // then 15 s), not the whole stream timeout; the stream gives up at
+    // that timeout whatever the attempts. A stream a controller attaches
+    // waits for it the whole time.
+    let give_up = tokio::time::Instant::now() + ctx.stream_timeout;
     for attempt in 0..MAX_STREAM_ATTEMPTS {
+        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let wait = if tr.controller_attaches() {
+            left
+        } else {
+            attempt_timeout(attempt).min(left)
+        };
         let circ = match circuit_for(&ctx, &tr, &key, Some(req.port)).await {
             Ok(c) => c,
             Err(e) => {
@@ -99,7 +114,7 @@ pub async fn connect(
                         &mut opt,
                         optimistic,
                         &mut app_eof,
-                        ctx.stream_timeout,
+                        wait,
                     )
                     .await
                     {

@@ -45,6 +45,18 @@ pub fn retriable_end(reason: u8) -> bool {
     )
 }
 
+/// How long one attempt at a stream waits for CONNECTED (or RESOLVED)
+/// before it is tried on another circuit: tor's `compute_retry_timeout`,
+/// 10 s for the first two attempts and 15 s after. The stream as a whole
+/// still gives up after the configured stream timeout.
+pub fn attempt_timeout(attempt: usize) -> Duration {
+    if attempt < 2 {
+        Duration::from_secs(10)
+    } else {
+        Duration::from_secs(15)
+    }
+}
+
 /// Idle time after which a stream with no traffic either way is closed.
 pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -455,4 +467,45 @@ async fn resolve(
     let reply = reply.unwrap_or_else(|| req.reply(reply_code::HOST_UNREACHABLE, None));
     sock.write_all(&reply).await.map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_wait_as_tor_and_fit_the_stream_timeout() {
+        let waits: Vec<u64> = (0..MAX_STREAM_ATTEMPTS)
+            .map(|a| attempt_timeout(a).as_secs())
+            .collect();
+        assert_eq!(waits, vec![10, 10, 15]);
+        // Every attempt gets its turn within the default stream timeout.
+        let total: u64 = waits.iter().sum();
+        assert!(total <= 60, "{total} s");
+    }
+
+    #[test]
+    fn internal_targets_and_answers() {
+        use onionmix_cell::relay::ResolvedAnswer as A;
+        let ip = |s: &str| TargetHost::Ip(s.parse().unwrap_or_else(|_| panic!("{s}")));
+        assert!(is_internal_target(&ip("10.0.0.1")));
+        assert!(is_internal_target(&TargetHost::Hostname(
+            "localhost".into()
+        )));
+        assert!(!is_internal_target(&ip("192.0.2.1")));
+        assert!(!is_internal_target(&TargetHost::Hostname(
+            "example.com".into()
+        )));
+        let kept = drop_internal_answers(vec![
+            A::Ip("127.0.0.1".parse().unwrap_or_else(|_| panic!()), 60),
+            A::Ip("192.0.2.7".parse().unwrap_or_else(|_| panic!()), 60),
+            A::Hostname("x.example".into(), 60),
+        ]);
+        assert_eq!(kept.len(), 2);
+        assert!(
+            !kept
+                .iter()
+                .any(|a| matches!(a, A::Ip(i, _) if i.is_loopback()))
+        );
+    }
 }
