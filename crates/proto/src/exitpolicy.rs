@@ -58,6 +58,7 @@ pub const PRIVATE_NETS: &[&str] = &[
     "[::]/8",
     "[fc00::]/7",
     "[fe80::]/10",
+    "[fec0::]/10",
     "[::1]/128",
 ];
 
@@ -241,6 +242,25 @@ impl ExitPolicy {
         self
     }
 
+    /// Prepend a rejection of each of `addrs` (tor's
+    /// `ExitPolicyRejectPrivate` also rejects the relay's own addresses:
+    /// an exit must not connect to its own services for its clients).
+    pub fn with_addresses_rejected(mut self, addrs: &[IpAddr]) -> Self {
+        let mut rules: Vec<Rule> = addrs
+            .iter()
+            .filter_map(|a| {
+                let a = match a {
+                    IpAddr::V4(v) => v.to_string(),
+                    IpAddr::V6(v) => format!("[{v}]"),
+                };
+                Rule::parse(&format!("reject {a}:*")).ok()
+            })
+            .collect();
+        rules.append(&mut self.rules);
+        self.rules = rules;
+        self
+    }
+
     /// Whether a connection to `ip:port` is allowed.
     pub fn allows(&self, ip: &IpAddr, port: u16) -> bool {
         for r in &self.rules {
@@ -415,7 +435,16 @@ mod tests {
             .with_private_rejected();
         assert!(!p.allows(&"192.168.1.1".parse().unwrap(), 443));
         assert!(!p.allows(&"::1".parse().unwrap(), 443));
+        assert!(!p.allows(&"fec0::1".parse().unwrap(), 443));
         assert!(p.allows(&"8.8.8.8".parse().unwrap(), 443));
+        // The relay's own public addresses too.
+        let own: [IpAddr; 2] = [
+            "198.51.100.7".parse().unwrap(),
+            "2001:db8::7".parse().unwrap(),
+        ];
+        let p = p.with_addresses_rejected(&own);
+        assert!(!p.allows(&own[0], 80) && !p.allows(&own[1], 80));
+        assert!(p.allows(&"198.51.100.8".parse().unwrap(), 80));
     }
 
     #[test]

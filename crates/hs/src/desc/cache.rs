@@ -6,7 +6,9 @@
 //! without padding and accepts both). [`HsDirCache`] keeps at most one
 //! descriptor per blinded key, replaces it only with a higher revision
 //! counter, forgets it after its lifetime, and is bounded in entries and
-//! bytes: over a bound, the entries that expire soonest go first.
+//! bytes: over a bound, the entries stored longest ago go first (as tor's
+//! cache under memory pressure), so descriptors that claim a long
+//! lifetime cannot push out the ones services keep re-uploading.
 
 use std::collections::HashMap;
 
@@ -57,6 +59,8 @@ struct Entry {
     text: String,
     revision: u64,
     expires: u64,
+    /// Order of storing (older first out).
+    stored: u64,
 }
 
 /// An HSDir's store of v3 descriptors.
@@ -65,6 +69,7 @@ pub struct HsDirCache {
     bytes: usize,
     max_entries: usize,
     max_bytes: usize,
+    next_stored: u64,
 }
 
 impl std::fmt::Debug for HsDirCache {
@@ -87,6 +92,7 @@ impl HsDirCache {
             bytes: 0,
             max_entries: max_entries.max(1),
             max_bytes: max_bytes.max(MAX_DESC_LEN),
+            next_stored: 0,
         }
     }
 
@@ -125,15 +131,18 @@ impl HsDirCache {
             && (self.entries.len() >= self.max_entries
                 || self.bytes.saturating_add(text.len()) > self.max_bytes)
         {
-            self.evict_soonest();
+            self.evict_oldest();
         }
         self.bytes = self.bytes.saturating_add(text.len());
+        let stored = self.next_stored;
+        self.next_stored = self.next_stored.wrapping_add(1);
         self.entries.insert(
             outer.blinded_key,
             Entry {
                 text: text.to_string(),
                 revision: outer.revision,
                 expires,
+                stored,
             },
         );
         Ok(outer)
@@ -160,11 +169,11 @@ impl HsDirCache {
         self.bytes = self.bytes.saturating_sub(freed);
     }
 
-    fn evict_soonest(&mut self) {
+    fn evict_oldest(&mut self) {
         let victim = self
             .entries
             .iter()
-            .min_by_key(|(_, e)| e.expires)
+            .min_by_key(|(_, e)| e.stored)
             .map(|(k, _)| *k);
         if let Some(k) = victim
             && let Some(e) = self.entries.remove(&k)

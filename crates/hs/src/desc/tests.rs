@@ -273,7 +273,7 @@ fn hsdir_cache_store_fetch_expire_and_bounds() {
     assert_eq!(c.get(s.blinded.public(), NOW + 180 * 60), None);
     c.expire(NOW + 180 * 60);
     assert!(c.is_empty() && c.bytes() == 0);
-    // Entry bound: a third service evicts the soonest-expiring one.
+    // Entry bound: a third service evicts the one stored longest ago.
     let (a, b, d) = (svc(), svc(), svc());
     for (i, x) in [&a, &b, &d].into_iter().enumerate() {
         let t = build_descriptor(
@@ -286,9 +286,31 @@ fn hsdir_cache_store_fetch_expire_and_bounds() {
     assert_eq!(c.len(), 2);
     assert!(c.get(a.blinded.public(), NOW + 10).is_none());
     assert!(c.get(d.blinded.public(), NOW + 10).is_some());
+    // A descriptor claiming tor's longest lifetime (720 minutes) does not
+    // outlast a later 180-minute one at the bound: storing order decides.
+    let (long, short, next) = (svc(), svc(), svc());
+    let mut c = HsDirCache::new(2, 200_000);
+    let mut long_input = DescriptorInput::new(&long.blinded, &long.signing, 1, NOW, &points);
+    long_input.lifetime_min = 720;
+    c.store(&build_descriptor(&long_input, &mut OsRng).expect("b"), NOW)
+        .expect("stored");
+    for x in [&short, &next] {
+        let t = build_descriptor(
+            &DescriptorInput::new(&x.blinded, &x.signing, 1, NOW, &points),
+            &mut OsRng,
+        )
+        .expect("b");
+        c.store(&t, NOW + 1).expect("stored");
+    }
+    assert!(
+        c.get(long.blinded.public(), NOW + 2).is_none(),
+        "oldest out"
+    );
+    assert!(c.get(short.blinded.public(), NOW + 2).is_some());
+    assert!(c.get(next.blinded.public(), NOW + 2).is_some());
     // Byte bound.
     // Byte bound (at least 50 000 bytes): descriptors of ~20 KB, the
-    // soonest-expiring go first.
+    // oldest go first.
     let mut small = HsDirCache::new(10, 0);
     for (i, x) in [&s, &a, &b, &d].into_iter().enumerate() {
         let t = build_descriptor(

@@ -393,7 +393,10 @@ impl RelayConfig {
         }
         .map_err(|e| e.to_string())?;
         if self.exit_policy_reject_private {
-            p = p.with_private_rejected();
+            // As tor: private networks, and our own published address.
+            p = p
+                .with_private_rejected()
+                .with_addresses_rejected(&[self.advertised_ip()]);
         }
         // As in tor: a policy that does not end in a catch-all
         // (`accept *:*` / `reject *:*`) augments the default exit policy,

@@ -17,7 +17,15 @@ impl Reactor {
     /// DoS limits for a new circuit: per-channel count, creation rate,
     /// global count. False (and DESTROY sent) when over a limit.
     pub(super) fn admit_circuit(&mut self, id: u32) -> bool {
-        if id == 0 || self.origins.contains_key(&id) || self.nexts.contains_key(&id) {
+        // The peer's IDs have the high bit of its side of the link
+        // (tor-spec 5.1.1: set by the initiator, clear for the responder);
+        // tor closes a circuit whose ID has the wrong one.
+        let peers_bit = !self.initiated;
+        if id == 0
+            || (id & 0x8000_0000 != 0) != peers_bit
+            || self.origins.contains_key(&id)
+            || self.nexts.contains_key(&id)
+        {
             self.send_destroy(id, destroy_reason::PROTOCOL);
             return false;
         }
