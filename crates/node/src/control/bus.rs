@@ -35,6 +35,9 @@ pub struct EventBus {
     next_sub: AtomicU64,
     /// Control connections refused at the connection limit.
     pub refused: AtomicU64,
+    /// Unauthenticated control connections closed to make room for new
+    /// ones.
+    pub evicted: AtomicU64,
     /// Control connections dropped for a full event queue.
     pub overflow: AtomicU64,
 }
@@ -52,6 +55,7 @@ impl Default for EventBus {
             subs: Mutex::new(Vec::new()),
             next_sub: AtomicU64::new(1),
             refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
         }
     }

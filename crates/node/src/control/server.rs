@@ -4,16 +4,17 @@
 //! events. Clients, relays and authorities share it; what the commands
 //! act on is the node's [`ControlNode`].
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand_core::{OsRng, RngCore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 
 use onionmix_frontend::control::auth::{COOKIE_LEN, HashedPassword};
@@ -25,6 +26,73 @@ use super::bus::EventBus;
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time a reply or event may take to be written.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most connections that have not authenticated yet. A new one past it,
+/// or one that finds every connection slot taken, closes the oldest
+/// unauthenticated connection instead of being refused: idle connections
+/// that never authenticate cannot lock controllers out.
+pub const MAX_UNAUTHENTICATED: usize = 8;
+/// How long a connection waits for the slot an eviction frees.
+const EVICTION_WAIT: Duration = Duration::from_secs(2);
+
+/// The unauthenticated connections, oldest first.
+#[derive(Default)]
+struct PreAuth {
+    next: AtomicU64,
+    queue: Mutex<VecDeque<(u64, Arc<Notify>)>>,
+}
+
+/// A connection's place among the unauthenticated ones; dropping it (the
+/// connection authenticated or closed) leaves the queue.
+struct Waiting {
+    id: u64,
+    evict: Arc<Notify>,
+    pre: Arc<PreAuth>,
+}
+
+impl PreAuth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<Notify>)>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new unauthenticated connection (closing the oldest past
+    /// [`MAX_UNAUTHENTICATED`]).
+    fn enter(self: &Arc<Self>, bus: &EventBus) -> Waiting {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let evict = Arc::new(Notify::new());
+        let mut q = self.lock();
+        if q.len() >= MAX_UNAUTHENTICATED
+            && let Some((_, old)) = q.pop_front()
+        {
+            old.notify_one();
+            bus.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        q.push_back((id, evict.clone()));
+        Waiting {
+            id,
+            evict,
+            pre: self.clone(),
+        }
+    }
+
+    /// Close the oldest unauthenticated connection; false if there is none.
+    fn evict_oldest(&self, bus: &EventBus) -> bool {
+        match self.lock().pop_front() {
+            Some((_, n)) => {
+                n.notify_one();
+                bus.evicted.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.pre.lock().retain(|(i, _)| *i != id);
+    }
+}
 
 /// A node's control-port settings, from its configuration file.
 #[derive(Debug, Clone)]
@@ -189,15 +257,33 @@ pub async fn bind(s: &ControlSettings) -> Result<Bound, String> {
 /// than the limit at once are closed at once.
 pub fn serve<N: ControlNode>(bound: Bound, node: Arc<N>) {
     let limit = Arc::new(Semaphore::new(bound.max_connections));
+    let pre = Arc::new(PreAuth::default());
+    // A slot for a new connection: a free one, or the one an
+    // unauthenticated connection gives up; None: refused.
     let admit = {
-        let (node, limit) = (node.clone(), limit.clone());
-        move || -> Option<OwnedSemaphorePermit> {
-            let p = limit.clone().try_acquire_owned().ok();
-            if p.is_none() {
-                node.bus().refused.fetch_add(1, Ordering::Relaxed);
-                debug!("control connection limit reached; refusing one");
+        let (node, limit, pre) = (node.clone(), limit.clone(), pre.clone());
+        move || {
+            let (node, limit, pre) = (node.clone(), limit.clone(), pre.clone());
+            async move {
+                let p = match limit.clone().try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) if pre.evict_oldest(node.bus()) => {
+                        tokio::time::timeout(EVICTION_WAIT, limit.acquire_owned())
+                            .await
+                            .ok()
+                            .and_then(|r| r.ok())
+                    }
+                    Err(_) => None,
+                };
+                match p {
+                    Some(p) => Some((p, pre.enter(node.bus()))),
+                    None => {
+                        node.bus().refused.fetch_add(1, Ordering::Relaxed);
+                        debug!("control connection limit reached; refusing one");
+                        None
+                    }
+                }
             }
-            p
         }
     };
     if let Some(l) = bound.tcp {
@@ -212,9 +298,12 @@ pub fn serve<N: ControlNode>(bound: Bound, node: Arc<N>) {
                         continue;
                     }
                 };
-                if let Some(permit) = admit() {
-                    tokio::spawn(serve_conn(sock, node.clone(), permit));
-                }
+                let (node, admit) = (node.clone(), admit.clone());
+                tokio::spawn(async move {
+                    if let Some((permit, waiting)) = admit().await {
+                        serve_conn(sock, node, permit, waiting).await;
+                    }
+                });
             }
         });
     }
@@ -226,15 +315,18 @@ pub fn serve<N: ControlNode>(bound: Bound, node: Arc<N>) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                if let Some(permit) = admit() {
-                    tokio::spawn(serve_conn(sock, node.clone(), permit));
-                }
+                let (node, admit) = (node.clone(), admit.clone());
+                tokio::spawn(async move {
+                    if let Some((permit, waiting)) = admit().await {
+                        serve_conn(sock, node, permit, waiting).await;
+                    }
+                });
             }
         });
     }
 }
 
-async fn serve_conn<S, N>(sock: S, node: Arc<N>, permit: OwnedSemaphorePermit)
+async fn serve_conn<S, N>(sock: S, node: Arc<N>, permit: OwnedSemaphorePermit, waiting: Waiting)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     N: ControlNode,
@@ -243,7 +335,7 @@ where
         return;
     };
     let mut conn = node.open(sub_id);
-    let why = run_conn(sock, node.auth(), &mut conn, &mut events).await;
+    let why = run_conn(sock, node.auth(), &mut conn, &mut events, waiting).await;
     debug!("control connection closed: {why}");
     node.bus().unsubscribe(sub_id);
     node.closed(conn, sub_id);
@@ -262,15 +354,24 @@ async fn run_conn<S: AsyncRead + AsyncWrite + Unpin>(
     auth: &AuthConfig,
     backend: &mut (dyn Backend + Send),
     events: &mut tokio::sync::mpsc::Receiver<Vec<u8>>,
+    waiting: Waiting,
 ) -> String {
     let (mut rd, mut wr) = tokio::io::split(sock);
     let mut session = Session::new();
     let mut framer = Framer::default();
     let mut buf = vec![0u8; 8192];
     let auth_deadline = tokio::time::Instant::now() + AUTH_TIMEOUT;
+    let mut waiting = Some(waiting);
     loop {
         let authed = session.is_authenticated();
+        let evict = waiting.as_ref().map(|w| w.evict.clone());
         tokio::select! {
+            () = async {
+                match &evict {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending().await,
+                }
+            } => return "not authenticated; closed to make room for another controller".into(),
             r = async {
                 if authed {
                     Ok(rd.read(&mut buf).await)
@@ -287,6 +388,11 @@ async fn run_conn<S: AsyncRead + AsyncWrite + Unpin>(
                 let data = buf.get(..n).unwrap_or_default();
                 if let Err(e) = handle_bytes(data, &mut framer, &mut session, auth, backend, &mut wr).await {
                     return e;
+                }
+                // Out of the queue of those that can be closed as soon as
+                // authenticated (an eviction meanwhile is ignored).
+                if session.is_authenticated() {
+                    waiting = None;
                 }
             }
             ev = events.recv() => match ev {
