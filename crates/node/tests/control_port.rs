@@ -13,9 +13,9 @@ use tokio::net::TcpStream;
 mod common;
 
 use common::control::{Ctl, T};
+use common::{free_port, offline_client_config};
 use onionmix_node::client::Client;
 use onionmix_node::client::config::ClientConfig;
-use onionmix_testsupport::ports::free_port;
 
 struct Fixture {
     client: Client,
@@ -26,26 +26,15 @@ struct Fixture {
 
 async fn start(extra: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let p = |_: ()| free_port("127.0.0.1").unwrap();
-    let (socks, control, metrics, dead) = (p(()), p(()), p(()), p(()));
-    let text = format!(
-        r#"
-data_dir = {:?}
-socks_listen = "127.0.0.1:{socks}"
-control_port = "127.0.0.1:{control}"
-control_socket = {:?}
-metrics_port = "127.0.0.1:{metrics}"
-max_control_connections = 8
-{extra}
-[[authority]]
-nickname = "nowhere"
-v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
-fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
-dir_addr = "127.0.0.1:{dead}"
-or_addr = "127.0.0.1:{dead}"
-"#,
-        dir.path().display().to_string(),
-        dir.path().join("control.sock").display().to_string(),
+    let (socks, control, metrics) = (free_port(), free_port(), free_port());
+    let text = offline_client_config(
+        dir.path(),
+        &format!(
+            "socks_listen = \"127.0.0.1:{socks}\"\ncontrol_port = \"127.0.0.1:{control}\"\n\
+             control_socket = {:?}\nmetrics_port = \"127.0.0.1:{metrics}\"\n\
+             max_control_connections = 8\n{extra}",
+            dir.path().join("control.sock").display().to_string(),
+        ),
     );
     let cfg = ClientConfig::parse(&text).unwrap();
     let client = Client::start(cfg).await.unwrap();
@@ -464,9 +453,7 @@ async fn owning_controller_process_exit_ends_the_client() {
 async fn setconf_socksport_moves_the_listener() {
     let f = start("").await;
     let old = f.client.socks_addr;
-    let new: SocketAddr = format!("127.0.0.1:{}", free_port("127.0.0.1").unwrap())
-        .parse()
-        .unwrap();
+    let new: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut c = Ctl::auth(f.control, f.dir.path()).await;
     assert_eq!(
         c.cmd(&format!("SETCONF SocksPort={new}")).await,

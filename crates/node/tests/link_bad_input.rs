@@ -23,12 +23,7 @@ use onionmix_node::client::circuit::HopTarget;
 use onionmix_node::glue::RelayLinkIdentity;
 use onionmix_node::relay::{self, config::RelayConfig};
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
+use common::now;
 
 #[derive(Clone, Copy)]
 enum Misbehave {

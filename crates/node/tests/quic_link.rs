@@ -24,15 +24,11 @@ use onionmix_proto::channel::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+use common::now;
+
 const LONG: Duration = Duration::from_secs(30);
 const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 struct Relay {
     link: Arc<RelayLinkIdentity>,

@@ -24,14 +24,8 @@ use onionmix_node::glue::{RelayLinkIdentity, drive_responder_handshake};
 use onionmix_node::relay::{self, RelayCtx, config::RelayConfig};
 use onionmix_proto::channel::ResponderHandshake;
 
+use common::now;
 use inproc::{start_relay_with, wait_until};
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 /// A relay that completes the link handshake of every connection and
 /// then reads cells forever without answering any (a next hop that

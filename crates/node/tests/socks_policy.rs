@@ -11,32 +11,20 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod common;
+
+use common::{free_port, offline_client_config};
 use onionmix_node::client::Client;
 use onionmix_node::client::config::ClientConfig;
-use onionmix_testsupport::ports::free_port;
 
 /// Generous: every answer here is local and immediate.
 const T: Duration = Duration::from_secs(20);
 
 async fn client(extra: &str) -> (Client, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let (socks, dead) = (
-        free_port("127.0.0.1").unwrap(),
-        free_port("127.0.0.1").unwrap(),
-    );
-    let text = format!(
-        r#"
-data_dir = {:?}
-socks_listen = "127.0.0.1:{socks}"
-{extra}
-[[authority]]
-nickname = "nowhere"
-v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
-fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
-dir_addr = "127.0.0.1:{dead}"
-or_addr = "127.0.0.1:{dead}"
-"#,
-        dir.path().display().to_string(),
+    let text = offline_client_config(
+        dir.path(),
+        &format!("socks_listen = \"127.0.0.1:{}\"\n{extra}", free_port()),
     );
     let c = Client::start(ClientConfig::parse(&text).unwrap())
         .await

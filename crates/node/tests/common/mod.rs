@@ -17,6 +17,34 @@ pub fn free_port() -> u16 {
     onionmix_testsupport::ports::free_port("127.0.0.1").expect("a free port")
 }
 
+/// Seconds since the Unix epoch (for certificates and handshakes).
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The configuration of a client whose only authority is unreachable
+/// (nothing listens at its address): it starts and serves its ports but
+/// never bootstraps. `extra`: more lines (ports, options).
+pub fn offline_client_config(data_dir: &Path, extra: &str) -> String {
+    let dead = free_port();
+    format!(
+        r#"
+data_dir = {:?}
+{extra}
+[[authority]]
+nickname = "nowhere"
+v3ident = "0123456789ABCDEF0123456789ABCDEF01234567"
+fingerprint = "0123456789ABCDEF0123456789ABCDEF01234567"
+dir_addr = "127.0.0.1:{dead}"
+or_addr = "127.0.0.1:{dead}"
+"#,
+        data_dir.display().to_string()
+    )
+}
+
 /// A tor process killed on drop.
 pub struct TorProc {
     pub child: Child,
