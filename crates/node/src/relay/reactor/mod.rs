@@ -339,12 +339,13 @@ impl Reactor {
         let mut next_sweep = tokio::time::Instant::now() + PENDING_SWEEP;
         let why = loop {
             let idle_deadline = idle_since.map(|t| t + self.idle_timeout);
-            let pending = self.nexts.values().any(|n| !n.open);
             tokio::select! {
                 _ = sleep_until_opt(idle_deadline) => {
                     break "idle without circuits".to_string();
                 }
-                _ = tokio::time::sleep_until(next_sweep), if pending => {}
+                // Every few seconds, not per batch: the sweep walks the
+                // channel's circuits.
+                _ = tokio::time::sleep_until(next_sweep) => {}
                 _ = self.me.writer.closed() => {
                     break if self.me.writer.is_aborted() {
                         "closed under memory pressure".to_string()
