@@ -472,17 +472,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn resolve_is_a_stream_until_it_is_answered() {
-        use onionmix_cell::relay::TargetHost;
-        let mut c = RelayCircuit::new(Box::new(Clear), None);
+    /// A BEGIN on `sid`, taken.
+    fn open_tcp_stream(c: &mut RelayCircuit, sid: u16) {
         let begin = onionmix_cell::relay::Begin {
-            host: TargetHost::Hostname("a.b".into()),
+            host: onionmix_cell::relay::TargetHost::Hostname("a.b".into()),
             port: 80,
             flags: 0,
         };
-        let mut b = body(RelayCmd::BEGIN, 6, &begin.encode());
+        let mut b = body(RelayCmd::BEGIN, sid, &begin.encode());
         c.handle_inbound(false, &mut b).unwrap();
+    }
+
+    #[test]
+    fn resolve_is_a_stream_until_it_is_answered() {
+        let mut c = RelayCircuit::new(Box::new(Clear), None);
+        open_tcp_stream(&mut c, 6);
         // Not on a live stream's ID: that would replace its entry.
         let mut r = body(RelayCmd::RESOLVE, 6, b"a.example\0");
         assert!(c.handle_inbound(false, &mut r).is_err());
@@ -538,13 +542,7 @@ mod tests {
         let mut d = body(RelayCmd::DATA, 5, b"x");
         assert!(c.handle_inbound(false, &mut d).is_err());
         let mut c = RelayCircuit::new(Box::new(Clear), None);
-        let begin = onionmix_cell::relay::Begin {
-            host: TargetHost::Hostname("a.b".into()),
-            port: 80,
-            flags: 0,
-        };
-        let mut b = body(RelayCmd::BEGIN, 6, &begin.encode());
-        c.handle_inbound(false, &mut b).unwrap();
+        open_tcp_stream(&mut c, 6);
         let mut d = body(RelayCmd::DATAGRAM, 6, b"x");
         assert!(c.handle_inbound(false, &mut d).is_err());
         // For a stream that is gone: nothing (but still counted).
