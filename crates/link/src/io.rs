@@ -10,7 +10,7 @@
 //! [`ChannelWriter::wait_below`] before reading more from their own source.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -50,6 +50,12 @@ pub const DEFAULT_HIGH_WATER: usize = 2 * 1024 * 1024;
 pub struct ChannelWriter {
     tx: mpsc::UnboundedSender<BytesMut>,
     queued: Arc<AtomicUsize>,
+    /// Bytes ever accepted into the transport queue, and ever taken off
+    /// it (written, or freed by an abort): a cell queued when the first
+    /// read `p` has left once the second reaches `p` (see
+    /// [`crate::circq::CircQueue`]).
+    enqueued: Arc<AtomicU64>,
+    dequeued: Arc<AtomicU64>,
     drained: Arc<Notify>,
     closed: Arc<AtomicBool>,
     /// Set by [`ChannelWriter::abort`]: drop what is queued, stop now.
@@ -69,6 +75,8 @@ impl ChannelWriter {
         let w = ChannelWriter {
             tx,
             queued: Arc::new(AtomicUsize::new(0)),
+            enqueued: Arc::new(AtomicU64::new(0)),
+            dequeued: Arc::new(AtomicU64::new(0)),
             drained: Arc::new(Notify::new()),
             closed: Arc::new(AtomicBool::new(false)),
             aborted: Arc::new(AtomicBool::new(false)),
@@ -119,12 +127,30 @@ impl ChannelWriter {
         }
         let n = buf.len();
         self.queued.fetch_add(n, Ordering::Relaxed);
+        // The position must be taken before the bytes can be written, so
+        // that `dequeued` never passes `enqueued`.
+        self.enqueued.fetch_add(n as u64, Ordering::Relaxed);
         if self.tx.send(buf).is_err() {
             self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.dequeued.fetch_add(n as u64, Ordering::Relaxed);
             self.closed.store(true, Ordering::Relaxed);
             return false;
         }
         true
+    }
+    /// Bytes ever queued on the transport's byte stream (TLS stream, or
+    /// a QUIC link's control stream).
+    pub fn enqueued_total(&self) -> u64 {
+        self.enqueued.load(Ordering::Relaxed)
+    }
+    /// Bytes ever taken off that queue (written, or freed).
+    pub fn dequeued_total(&self) -> u64 {
+        self.dequeued.load(Ordering::Relaxed)
+    }
+    /// Whether circuits' cells go to their own streams (a QUIC link), so
+    /// [`Self::circuit_queued_bytes`] counts one circuit only.
+    pub fn per_circuit_queues(&self) -> bool {
+        self.mux.is_some()
     }
     /// Bytes queued and not yet written, as back-pressure counts them
     /// (on a QUIC link: each circuit stream's queue only up to its share).
@@ -402,6 +428,7 @@ pub(crate) fn spawn_writer<W>(
             };
             drop(pending);
             w.queued.fetch_sub(n, Ordering::Relaxed);
+            w.dequeued.fetch_add(n as u64, Ordering::Relaxed);
             w.drained.notify_waiters();
             if !written {
                 break;
@@ -416,6 +443,7 @@ pub(crate) fn spawn_writer<W>(
         // close) now, not when the last sender goes.
         while let Ok(b) = out_rx.try_recv() {
             w.queued.fetch_sub(b.len(), Ordering::Relaxed);
+            w.dequeued.fetch_add(b.len() as u64, Ordering::Relaxed);
         }
         w.drained.notify_waiters();
         w.closing.notify_waiters();

@@ -8,6 +8,7 @@
 //! bounded queues of cells, and never knows which transport carries it.
 
 mod certpolicy;
+pub mod circq;
 pub mod conn;
 pub mod io;
 pub mod quic;

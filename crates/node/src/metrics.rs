@@ -228,6 +228,13 @@ pub fn relay_text(r: &RelayCtx) -> String {
     );
     metric(
         &mut o,
+        "onionmix_relay_circuit_queue_limit_total",
+        "counter",
+        "Circuits closed for queueing more cells than circ_max_cell_queue_size.",
+        &[("", l(&s.queue_limit_kills))],
+    );
+    metric(
+        &mut o,
         "onionmix_relay_refused_single_hop_begins_total",
         "counter",
         "BEGINs refused on a client's first hop.",

@@ -16,6 +16,7 @@ pub mod layer;
 pub mod netaddr;
 pub mod optimistic;
 pub mod preempt;
+pub mod queue_limits;
 pub mod relay_circ;
 pub mod xonxoff;
 

@@ -22,7 +22,7 @@ pub mod statsfile;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -36,6 +36,7 @@ use onionmix_link::{QuicServerIdentity, TlsTransport};
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
 use onionmix_proto::exitpolicy::ExitPolicy;
+use onionmix_proto::queue_limits::QueueLimits;
 
 use crate::admission::{Admission, AdmissionConfig, KnownAddrs, Permit};
 use crate::glue::RelayLinkIdentity;
@@ -65,6 +66,9 @@ pub struct RelayStats {
     pub creates_refused: AtomicU64,
     /// Relay cells forwarded.
     pub cells_forwarded: AtomicU64,
+    /// Circuits closed for queueing more cells on a channel than the
+    /// consensus allows (`circ_max_cell_queue_size`).
+    pub queue_limit_kills: AtomicU64,
     /// Exit streams opened.
     pub streams: AtomicU64,
     /// Channels closed by the memory-pressure handler.
@@ -161,6 +165,10 @@ pub struct RelayCtx {
     cfx_params: RwLock<ConfluxParams>,
     /// Conflux sets whose legs end here.
     pub conflux: conflux::ConfluxPool,
+    /// Cells one circuit may queue on a channel towards the client, and
+    /// away from it (consensus parameters; see [`QueueLimits`]).
+    max_queue_toward_client: AtomicU32,
+    max_queue_away_from_client: AtomicU32,
 }
 
 impl RelayCtx {
@@ -182,6 +190,20 @@ impl RelayCtx {
     /// Replace the consensus parameters (a new consensus).
     pub fn set_cc_params(&self, p: CcParams) {
         *self.cc_params.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
+    }
+    /// The per-circuit queue limits (cells) the consensus sets.
+    pub fn queue_limits(&self) -> QueueLimits {
+        QueueLimits {
+            toward_client: self.max_queue_toward_client.load(Ordering::Relaxed),
+            away_from_client: self.max_queue_away_from_client.load(Ordering::Relaxed),
+        }
+    }
+    /// Replace the per-circuit queue limits (a new consensus; tests).
+    pub fn set_queue_limits(&self, l: QueueLimits) {
+        self.max_queue_toward_client
+            .store(l.toward_client, Ordering::Relaxed);
+        self.max_queue_away_from_client
+            .store(l.away_from_client, Ordering::Relaxed);
     }
     /// The current conflux consensus parameters.
     pub fn cfx_params(&self) -> ConfluxParams {
@@ -344,6 +366,8 @@ pub fn make_ctx(
         control: control::RelayControl::default(),
         cfx_params: RwLock::default(),
         conflux: conflux::ConfluxPool::new(ooo_budget),
+        max_queue_toward_client: AtomicU32::new(QueueLimits::default().toward_client),
+        max_queue_away_from_client: AtomicU32::new(QueueLimits::default().away_from_client),
     }))
 }
 

@@ -27,6 +27,7 @@ use onionmix_netdoc::{
 };
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
+use onionmix_proto::queue_limits::QueueLimits;
 
 use super::RelayCtx;
 use crate::client::config::AuthorityEntry;
@@ -155,6 +156,7 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
             Ok(consensus) => {
                 let cc = CcParams::from_consensus(consensus.params());
                 ctx.set_cfx_params(ConfluxParams::from_consensus(consensus.params()));
+                ctx.set_queue_limits(QueueLimits::from_consensus(consensus.params()));
                 let complete = if quic {
                     let complete = update_quic_directory(&ctx, &auths, &mut nd, consensus).await;
                     if let Some(d) = &nd {

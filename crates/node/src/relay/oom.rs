@@ -4,9 +4,11 @@
 //! aborted first (their queued cells freed at once, their circuits torn
 //! down) until the total is back under 90% of the cap.
 //!
-//! Each queue is already bounded by backpressure (producers wait at the
-//! high-water mark), so this only matters when very many channels are full
-//! at once: peers that stop reading while their circuits pull data.
+//! Each queue is already bounded: exit streams and originated cells wait
+//! at the high-water mark, and cells forwarded from other channels by
+//! each circuit's queue limit (`circ_max_cell_queue_size`). This matters
+//! when very many channels are full at once: peers that stop reading
+//! while their circuits pull data.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -86,6 +86,7 @@ impl Reactor {
                             id,
                             Next {
                                 prev,
+                                outq: CircQueue::default(),
                                 open: false,
                                 since: Instant::now(),
                             },

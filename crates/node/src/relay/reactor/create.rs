@@ -177,6 +177,7 @@ impl Reactor {
                 window_open: Arc::new(Notify::new()),
                 params,
                 leg: None,
+                outq: CircQueue::default(),
             },
         );
         self.circuit_added();

@@ -457,24 +457,35 @@ impl Reactor {
     }
 
     /// Forward a cell this joined circuit did not recognize to the other
-    /// circuit (already decrypted by our forward layer).
-    pub(super) fn splice_forward(&mut self, id: u32, body: &mut CellBody) {
+    /// circuit (already decrypted by our forward layer). False when that
+    /// leaves more cells of this circuit queued on the other circuit's
+    /// channel than the consensus allows: the caller closes the circuit.
+    pub(super) fn splice_forward(&mut self, id: u32, body: &mut CellBody) -> bool {
         let Reactor {
             origins, fwd, ctx, ..
         } = self;
-        let Some(o) = origins.get(&id) else { return };
+        let Some(o) = origins.get_mut(&id) else {
+            return true;
+        };
         let Role::Joined { peer, .. } = &o.hs.role else {
-            return;
+            return true;
         };
         lock(&peer.shared).layer.encrypt_backward(body);
         let buf = fwd_buf_in(fwd, &peer.writer);
         // Spliced cells are always RELAY (tor: "can't be relay_early").
         peer.codec.encode_fixed(peer.circ_id, Cmd::RELAY, body, buf);
+        let queued = o.outq.push(&peer.writer, peer.circ_id, buf.len());
         ctx.stats.cells_forwarded.fetch_add(1, Ordering::Relaxed);
         ctx.hs
             .stats
             .rend_cells_spliced
             .fetch_add(1, Ordering::Relaxed);
+        if over_limit(queued, ctx.queue_limits().toward_client) {
+            debug!("closing a joined circuit with {queued} cells queued on the other");
+            ctx.stats.queue_limit_kills.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Origin circuit `id` with state `hs` is gone: leave the tables, and

@@ -26,6 +26,7 @@ use onionmix_cell::chan::{
 use onionmix_cell::relay::{self, RelayCmd, Sendme, end_reason};
 use onionmix_cell::{CellBody, CellCodec, PAYLOAD_LEN, RawCell};
 use onionmix_crypto::Tor1Layer;
+use onionmix_link::circq::CircQueue;
 use onionmix_link::{ChannelIo, ChannelWriter};
 use onionmix_proto::cc::{CcParams, CcPath, ChanSignal, CircSender};
 use onionmix_proto::channel::ProvenIds;
@@ -50,10 +51,9 @@ pub use hs::HsCmd;
 
 /// Depth of a reactor's command queue.
 const CMD_QUEUE: usize = 4096;
-/// How long a reactor waits for a full channel (its own or a forwarding
-/// destination) to drain before giving up on it. Every circuit of this
-/// channel waits meanwhile, so a destination that stays full this long is
-/// closed rather than stalling them all.
+/// How long a reactor waits for its own channel's full outbound queue to
+/// drain (reading nothing more from that peer meanwhile) before closing
+/// the channel: the peer sends but does not read.
 pub const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The part of a circuit shared by its two reactors and its exit streams.
@@ -243,10 +243,15 @@ struct Origin {
     params: Arc<CcParams>,
     /// The conflux set this circuit is a leg of.
     leg: Option<conflux::LegRef>,
+    /// This circuit's cells queued on the next hop's channel (or, when
+    /// joined at a rendezvous point, on the other circuit's).
+    outq: CircQueue,
 }
 
 struct Next {
     prev: PrevLink,
+    /// This circuit's cells queued on the previous hop's channel.
+    outq: CircQueue,
     open: bool,
     /// When CREATE2 was sent (for a pending one's deadline).
     since: Instant,
@@ -393,18 +398,12 @@ impl Reactor {
             {
                 break "peer stopped reading".into();
             }
-            for (w, _) in std::mem::take(&mut self.fwd) {
-                if w.queued_bytes() >= hw
-                    && tokio::time::timeout(DRAIN_WAIT, w.wait_below(hw))
-                        .await
-                        .is_err()
-                {
-                    // That channel's reactor sees its writer closed and
-                    // tears its circuits down (DESTROY back to us).
-                    debug!("closing a forwarding destination that stayed full");
-                    w.close();
-                }
-            }
+            // Forwarding destinations are not waited for: one that is
+            // full would hold up every circuit of this channel, the ones
+            // going elsewhere too. Each circuit's queue there is bounded
+            // instead (see `onionmix_link::circq`), and all queues
+            // together by the memory-pressure handler.
+            self.fwd.clear();
             let busy = !self.origins.is_empty() || !self.nexts.is_empty();
             match (busy, idle_since) {
                 (true, _) => idle_since = None,
@@ -553,7 +552,9 @@ impl Reactor {
     }
 
     fn next_relay(&mut self, id: u32, body: &mut CellBody) {
-        let Some(n) = self.nexts.get(&id) else { return };
+        let Some(n) = self.nexts.get_mut(&id) else {
+            return;
+        };
         if !n.open {
             return;
         }
@@ -564,10 +565,19 @@ impl Reactor {
         let b: [u8; PAYLOAD_LEN] = *body;
         let buf = fwd_buf_in(&mut self.fwd, &prev.writer);
         prev.codec.encode_fixed(prev.circ_id, Cmd::RELAY, &b, buf);
+        let queued = n.outq.push(&prev.writer, prev.circ_id, buf.len());
         self.ctx
             .stats
             .cells_forwarded
             .fetch_add(1, Ordering::Relaxed);
+        if over_limit(queued, self.ctx.queue_limits().toward_client) {
+            debug!("closing a circuit with {queued} cells queued towards its client");
+            self.ctx
+                .stats
+                .queue_limit_kills
+                .fetch_add(1, Ordering::Relaxed);
+            self.kill_next(id, true);
+        }
     }
 
     /// Give up the pending extensions whose origin circuit is gone (its
@@ -633,6 +643,12 @@ impl Reactor {
             }
         }
     }
+}
+
+/// Whether a circuit with `queued` cells on a channel is past the
+/// consensus limit `max` (tor closes the circuit then).
+fn over_limit(queued: usize, max: u32) -> bool {
+    usize::try_from(max).is_ok_and(|m| queued > m)
 }
 
 /// The pending-writes buffer for channel `w` in `fwd` (one per destination

@@ -37,17 +37,28 @@ impl Reactor {
         let circ_sendme = handled.circ_sendme;
         match handled.action {
             Inbound::Forward { early } => {
-                if let Some(n) = o.next.clone() {
+                if let Some(n) = &o.next {
                     let cmd = if early { Cmd::RELAY_EARLY } else { Cmd::RELAY };
                     let b: [u8; PAYLOAD_LEN] = *body;
-                    let buf = self.fwd_buf(&n.writer);
+                    let buf = fwd_buf_in(&mut self.fwd, &n.writer);
                     n.codec.encode_fixed(n.circ_id, cmd, &b, buf);
+                    let queued = o.outq.push(&n.writer, n.circ_id, buf.len());
                     self.ctx
                         .stats
                         .cells_forwarded
                         .fetch_add(1, Ordering::Relaxed);
-                } else if o.hs.is_joined() {
-                    self.splice_forward(id, body);
+                    if over_limit(queued, self.ctx.queue_limits().away_from_client) {
+                        debug!("closing a circuit with {queued} cells queued towards its next hop");
+                        self.ctx
+                            .stats
+                            .queue_limit_kills
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.drop_origin(id, true);
+                        return;
+                    }
+                } else if o.hs.is_joined() && !self.splice_forward(id, body) {
+                    self.drop_origin(id, true);
+                    return;
                 }
             }
             Inbound::Extend(e) => {
