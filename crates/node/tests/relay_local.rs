@@ -41,18 +41,29 @@ async fn client_through_three_onionmix_relays() {
         .await
         .expect("3-hop circuit through onionmix relays");
 
-    // Echo round trip.
+    // Echo round trip, 1 MB: past the stream window (500 cells) both
+    // ways, so the exit's stream SENDMEs (sent as its writes to the
+    // target are accounted) must flow.
     let (mut s, _) = try_open(&circ, target).await.unwrap();
-    let msg = vec![7u8; 100_000];
-    s.write_all(&msg).await.unwrap();
+    // In steps, each within the windows: a client that writes all before
+    // reading would deadlock with an echo.
+    let msg: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
     let mut echoed = Vec::new();
-    while echoed.len() < msg.len() {
-        match s.next_event().await {
-            Some(StreamEvent::Data(d)) => echoed.extend_from_slice(&d),
-            other => panic!("unexpected {other:?}"),
+    for chunk in msg.chunks(50_000) {
+        s.write_all(chunk).await.unwrap();
+        let want = echoed.len() + chunk.len();
+        while echoed.len() < want {
+            match s.next_event().await {
+                Some(StreamEvent::Data(d)) => {
+                    echoed.extend_from_slice(&d);
+                    // Consumed: the client owes the exit stream SENDMEs.
+                    s.drained(1, d.len()).await;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
         }
     }
-    assert_eq!(echoed, msg);
+    assert!(echoed == msg, "the echo differs");
     drop(s);
 
     // Bulk: 5 MiB exercises circuit and stream SENDMEs both ways.

@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -121,17 +121,21 @@ impl StreamPath {
             StreamPath::Set(set) => &set.window_open,
         }
     }
-    /// The stream wrote `cells` cells (`bytes` bytes) to its target.
-    fn drained(&self, ctx: &RelayCtx, sid: u16, cells: u32, bytes: usize) {
+    /// The stream wrote `cells` cells (`bytes` bytes) to its target; on
+    /// one circuit they are summed in `tally` and the origin reactor told
+    /// unless it already was.
+    fn drained(&self, ctx: &RelayCtx, sid: u16, tally: &DrainTally, cells: u32, bytes: usize) {
         match self {
             StreamPath::Circ {
                 origin, circ_id, ..
-            } => origin.send(RCmd::StreamDrained {
-                circ_id: *circ_id,
-                stream: sid,
-                cells,
-                bytes,
-            }),
+            } => {
+                if tally.add(cells, bytes) {
+                    origin.send(RCmd::StreamDrained {
+                        circ_id: *circ_id,
+                        stream: sid,
+                    });
+                }
+            }
             StreamPath::Set(set) => {
                 super::reactor::conflux::set_stream_drained(ctx, set, sid, cells, bytes);
             }
@@ -161,6 +165,38 @@ impl StreamPath {
     }
 }
 
+/// What an exit stream wrote to its target and its origin reactor has not
+/// accounted yet (stream SENDMEs, XON are due on it). Summed here rather
+/// than carried in each message, so that at most one
+/// [`RCmd::StreamDrained`] per stream is ever queued: the reactor's
+/// command queue is then bounded by its streams and never drops one,
+/// which would leave the client's stream window closed for good.
+#[derive(Debug, Default)]
+pub struct DrainTally {
+    cells: AtomicU32,
+    bytes: AtomicUsize,
+    told: AtomicBool,
+}
+
+impl DrainTally {
+    /// Add a write; true when the reactor must be told (no
+    /// `StreamDrained` for this stream is pending).
+    pub fn add(&self, cells: u32, bytes: usize) -> bool {
+        self.cells.fetch_add(cells, Ordering::SeqCst);
+        self.bytes.fetch_add(bytes, Ordering::SeqCst);
+        !self.told.swap(true, Ordering::SeqCst)
+    }
+    /// Everything added since the last call (the reactor, on
+    /// `StreamDrained`); later adds tell it again.
+    pub fn take(&self) -> (u32, usize) {
+        self.told.store(false, Ordering::SeqCst);
+        (
+            self.cells.swap(0, Ordering::SeqCst),
+            self.bytes.swap(0, Ordering::SeqCst),
+        )
+    }
+}
+
 /// One exit stream task's state.
 pub struct ExitStream {
     /// Relay context.
@@ -171,6 +207,9 @@ pub struct ExitStream {
     pub stream: u16,
     /// The stream's send gate (window or XON/XOFF).
     pub gate: Arc<StreamGate>,
+    /// What it wrote to its target and the origin reactor has not yet
+    /// accounted.
+    pub tally: Arc<DrainTally>,
     /// Data from the client.
     pub data: mpsc::Receiver<Bytes>,
     /// The circuit's previous hop is a relay (or single-hop exits are
@@ -190,7 +229,8 @@ impl ExitStream {
         self.path.closed(&self.ctx, self.stream);
     }
     fn drained(&self, cells: u32, bytes: usize) {
-        self.path.drained(&self.ctx, self.stream, cells, bytes);
+        self.path
+            .drained(&self.ctx, self.stream, &self.tally, cells, bytes);
     }
     /// Send one DATA cell once a window allows.
     async fn send_cell(&self, chunk: &[u8]) -> bool {
@@ -611,7 +651,66 @@ pub trait DirServer: Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use super::dir_request_complete;
+    use super::{DrainTally, dir_request_complete};
+
+    /// Writes between two looks of the reactor are summed and announced
+    /// once; a write after a look is announced again; nothing is lost.
+    #[test]
+    fn drain_tally_announces_once_and_loses_nothing() {
+        let t = DrainTally::default();
+        assert!(t.add(3, 1494), "the first write is announced");
+        assert!(!t.add(2, 996), "the reactor was already told");
+        assert!(!t.add(0, 0));
+        assert_eq!(t.take(), (5, 2490));
+        assert_eq!(t.take(), (0, 0), "a stale announcement finds nothing");
+        assert!(t.add(1, 498), "after a look, the next write is announced");
+        assert_eq!(t.take(), (1, 498));
+    }
+
+    /// However the exit task and the reactor interleave, every cell
+    /// written is accounted exactly once, and a write is never left
+    /// unannounced.
+    #[test]
+    fn drain_tally_under_concurrency() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let t = Arc::new(DrainTally::default());
+        let announced = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (t, announced) = (t.clone(), announced.clone());
+            std::thread::spawn(move || {
+                for _ in 0..100_000 {
+                    if t.add(1, 10) {
+                        announced.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        let reactor = {
+            let (t, announced, done) = (t.clone(), announced.clone(), done.clone());
+            std::thread::spawn(move || {
+                let (mut cells, mut bytes, mut handled) = (0u64, 0u64, 0u64);
+                loop {
+                    let finished = done.load(Ordering::SeqCst);
+                    // Handle every announcement made so far.
+                    while handled < announced.load(Ordering::SeqCst) {
+                        let (c, b) = t.take();
+                        cells += u64::from(c);
+                        bytes += b as u64;
+                        handled += 1;
+                    }
+                    if finished {
+                        return (cells, bytes);
+                    }
+                }
+            })
+        };
+        writer.join().unwrap();
+        done.store(true, Ordering::SeqCst);
+        let (cells, bytes) = reactor.join().unwrap();
+        assert_eq!((cells, bytes), (100_000, 1_000_000));
+    }
 
     #[test]
     fn begin_dir_requests_wait_for_post_bodies() {

@@ -158,14 +158,13 @@ impl Reactor {
                     self.circuit_gone();
                 }
             }
-            RCmd::StreamDrained {
-                circ_id,
-                stream,
-                cells,
-                bytes,
-            } => {
+            RCmd::StreamDrained { circ_id, stream } => {
                 let ctx = self.ctx.clone();
                 if let Some(o) = self.origins.get_mut(&circ_id) {
+                    let Some((cells, bytes)) = o.streams.get(&stream).map(|s| s.tally.take())
+                    else {
+                        return;
+                    };
                     let mut host = streams::CircHost {
                         o,
                         me: &self.me,

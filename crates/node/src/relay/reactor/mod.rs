@@ -49,7 +49,13 @@ pub(crate) mod streams;
 
 pub use hs::HsCmd;
 
-/// Depth of a reactor's command queue.
+/// Depth of a reactor's queue of CREATE2s to send for extensions (the
+/// one command a client can multiply at will; past it an extension fails
+/// with RESOURCELIMIT). Every other command goes to a second queue that
+/// never drops: each is owed once per circuit or (`StreamDrained`, see
+/// [`super::exit::DrainTally`]) is pending at most once per stream, so
+/// that queue is bounded by the reactor's circuits and streams. A dropped
+/// one would leak a circuit entry or stall a stream.
 const CMD_QUEUE: usize = 4096;
 /// How long a reactor waits for its own channel's full outbound queue to
 /// drain (reading nothing more from that peer meanwhile) before closing
@@ -158,16 +164,13 @@ pub enum RCmd {
         /// Next-side circuit ID.
         circ_id: u32,
     },
-    /// (to the origin channel) An exit stream wrote data to its target.
+    /// (to the origin channel) An exit stream wrote data to its target
+    /// (how much: its [`super::exit::DrainTally`]).
     StreamDrained {
         /// Circuit.
         circ_id: u32,
         /// Stream.
         stream: u16,
-        /// DATA cells written.
-        cells: u32,
-        /// Bytes written.
-        bytes: usize,
     },
     /// (to the origin channel) An exit stream finished (END already sent).
     StreamClosed {
@@ -194,6 +197,8 @@ pub enum RCmd {
 #[derive(Clone)]
 pub struct RelayChanHandle {
     tx: mpsc::Sender<RCmd>,
+    /// Every command but `CreateFor` (see [`CMD_QUEUE`]).
+    ctl: mpsc::UnboundedSender<RCmd>,
     /// Outbound cells.
     pub writer: ChannelWriter,
     /// The channel's codec.
@@ -206,11 +211,26 @@ pub struct RelayChanHandle {
 }
 
 impl RelayChanHandle {
-    /// Queue a command (never blocks; drops if the reactor is overloaded or
-    /// gone, which only happens when the channel is dying).
+    /// Queue a command (never blocks). A `CreateFor` the reactor has no
+    /// room for fails the extension (RESOURCELIMIT); other commands are
+    /// only lost with the reactor (the channel closed).
     pub fn send(&self, cmd: RCmd) {
-        if self.tx.try_send(cmd).is_err() {
-            debug!("relay reactor command queue full or closed");
+        match cmd {
+            c @ RCmd::CreateFor { .. } => {
+                if let Err(mpsc::error::TrySendError::Full(RCmd::CreateFor { prev, .. })) =
+                    self.tx.try_send(c)
+                {
+                    debug!("relay reactor has too many extensions queued");
+                    prev.chan.send(RCmd::ExtendFailed {
+                        circ_id: prev.circ_id,
+                        shared: prev.shared.clone(),
+                        reason: destroy_reason::RESOURCELIMIT,
+                    });
+                }
+            }
+            c => {
+                let _ = self.ctl.send(c);
+            }
         }
     }
     /// Whether the reactor has stopped.
@@ -226,6 +246,9 @@ pub struct StreamTx {
     pub data: mpsc::Sender<Bytes>,
     /// The stream's send gate (exit -> client).
     pub gate: Arc<StreamGate>,
+    /// What the stream wrote to its target, not yet accounted (on one
+    /// circuit; a conflux set's streams report directly).
+    pub tally: Arc<super::exit::DrainTally>,
     /// Bytes queued in `data` not yet reported written.
     pub buffered: usize,
 }
@@ -295,8 +318,10 @@ pub fn spawn_relay_reactor(
     permit: Option<crate::admission::Permit>,
 ) -> RelayChanHandle {
     let (tx, rx) = mpsc::channel(CMD_QUEUE);
+    let (ctl, ctl_rx) = mpsc::unbounded_channel();
     let handle = RelayChanHandle {
         tx,
+        ctl,
         writer: io.tx.clone(),
         codec,
         peer: peer.clone(),
@@ -332,12 +357,12 @@ pub fn spawn_relay_reactor(
         idle_timeout,
         _queue: queue,
     };
-    tokio::spawn(reactor.run(rx));
+    tokio::spawn(reactor.run(rx, ctl_rx));
     handle
 }
 
 impl Reactor {
-    async fn run(mut self, mut rx: mpsc::Receiver<RCmd>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<RCmd>, mut ctl: mpsc::UnboundedReceiver<RCmd>) {
         let ctx = self.ctx.clone();
         ctx.stats.channels.fetch_add(1, Ordering::Relaxed);
         let mut idle_since = Some(tokio::time::Instant::now());
@@ -367,18 +392,21 @@ impl Reactor {
                     Some(Err(e)) => break e,
                     None => break "reader gone".into(),
                 },
-                cmd = rx.recv() => match cmd {
-                    Some(RCmd::Close) | None => break "closed".to_string(),
+                cmd = ctl.recv() => match cmd {
                     Some(c) => {
-                        self.handle_cmd(c);
-                        for _ in 0..256 {
-                            match rx.try_recv() {
-                                Ok(RCmd::Close) => break,
-                                Ok(c) => self.handle_cmd(c),
-                                Err(_) => break,
-                            }
+                        if !self.handle_cmds(c, || ctl.try_recv().ok()) {
+                            break "closed".to_string();
                         }
                     }
+                    None => break "closed".to_string(),
+                },
+                cmd = rx.recv() => match cmd {
+                    Some(c) => {
+                        if !self.handle_cmds(c, || rx.try_recv().ok()) {
+                            break "closed".to_string();
+                        }
+                    }
+                    None => break "closed".to_string(),
                 },
             }
             if tokio::time::Instant::now() >= next_sweep {
@@ -422,6 +450,23 @@ impl Reactor {
         if let Some(p) = &self.me.peer {
             ctx.control.orconn(p.rsa_id, "CLOSED", Some("DONE"));
         }
+    }
+
+    /// Handle `first` and up to 256 more commands `next` has at once;
+    /// false on `Close`.
+    fn handle_cmds(&mut self, first: RCmd, mut next: impl FnMut() -> Option<RCmd>) -> bool {
+        let mut c = first;
+        for _ in 0..=256 {
+            if matches!(c, RCmd::Close) {
+                return false;
+            }
+            self.handle_cmd(c);
+            match next() {
+                Some(n) => c = n,
+                None => break,
+            }
+        }
+        true
     }
 
     fn flush(&mut self) -> Result<(), ()> {

@@ -86,11 +86,13 @@ pub(crate) fn open_exit_stream(
 ) {
     let (tx, rx) = mpsc::channel(exit::STREAM_QUEUE.saturating_add(host.reorder_burst()));
     let gate = Arc::new(StreamGate::for_circuit(host.is_cc()));
+    let tally = Arc::new(exit::DrainTally::default());
     host.txs().insert(
         sid,
         StreamTx {
             data: tx,
             gate: gate.clone(),
+            tally: tally.clone(),
             buffered: 0,
         },
     );
@@ -99,6 +101,7 @@ pub(crate) fn open_exit_stream(
         path: host.path(),
         stream: sid,
         gate,
+        tally,
         data: rx,
         anonymous,
     };
