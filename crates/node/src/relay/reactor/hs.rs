@@ -475,17 +475,16 @@ impl Reactor {
         // Spliced cells are always RELAY (tor: "can't be relay_early").
         peer.codec.encode_fixed(peer.circ_id, Cmd::RELAY, body, buf);
         let queued = o.outq.push(&peer.writer, peer.circ_id, buf.len());
-        ctx.stats.cells_forwarded.fetch_add(1, Ordering::Relaxed);
         ctx.hs
             .stats
             .rend_cells_spliced
             .fetch_add(1, Ordering::Relaxed);
-        if over_limit(queued, ctx.queue_limits().toward_client) {
-            debug!("closing a joined circuit with {queued} cells queued on the other");
-            ctx.stats.queue_limit_kills.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        true
+        !forwarded(
+            ctx,
+            queued,
+            ctx.queue_limits().toward_client,
+            "the other circuit's client",
+        )
     }
 
     /// Origin circuit `id` with state `hs` is gone: leave the tables, and

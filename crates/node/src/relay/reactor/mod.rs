@@ -611,16 +611,8 @@ impl Reactor {
         let buf = fwd_buf_in(&mut self.fwd, &prev.writer);
         prev.codec.encode_fixed(prev.circ_id, Cmd::RELAY, &b, buf);
         let queued = n.outq.push(&prev.writer, prev.circ_id, buf.len());
-        self.ctx
-            .stats
-            .cells_forwarded
-            .fetch_add(1, Ordering::Relaxed);
-        if over_limit(queued, self.ctx.queue_limits().toward_client) {
-            debug!("closing a circuit with {queued} cells queued towards its client");
-            self.ctx
-                .stats
-                .queue_limit_kills
-                .fetch_add(1, Ordering::Relaxed);
+        let limit = self.ctx.queue_limits().toward_client;
+        if forwarded(&self.ctx, queued, limit, "its client") {
             self.kill_next(id, true);
         }
     }
@@ -690,10 +682,17 @@ impl Reactor {
     }
 }
 
-/// Whether a circuit with `queued` cells on a channel is past the
-/// consensus limit `max` (tor closes the circuit then).
-fn over_limit(queued: usize, max: u32) -> bool {
-    usize::try_from(max).is_ok_and(|m| queued > m)
+/// Count a forwarded cell whose circuit now has `queued` cells on the
+/// destination channel (towards `whom`). True when that is past the
+/// consensus limit `max`: the caller closes the circuit, as tor does.
+fn forwarded(ctx: &RelayCtx, queued: usize, max: u32, whom: &str) -> bool {
+    ctx.stats.cells_forwarded.fetch_add(1, Ordering::Relaxed);
+    let over = usize::try_from(max).is_ok_and(|m| queued > m);
+    if over {
+        debug!("closing a circuit with {queued} cells queued towards {whom}");
+        ctx.stats.queue_limit_kills.fetch_add(1, Ordering::Relaxed);
+    }
+    over
 }
 
 /// The pending-writes buffer for channel `w` in `fwd` (one per destination

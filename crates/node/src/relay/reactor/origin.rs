@@ -43,16 +43,8 @@ impl Reactor {
                     let buf = fwd_buf_in(&mut self.fwd, &n.writer);
                     n.codec.encode_fixed(n.circ_id, cmd, &b, buf);
                     let queued = o.outq.push(&n.writer, n.circ_id, buf.len());
-                    self.ctx
-                        .stats
-                        .cells_forwarded
-                        .fetch_add(1, Ordering::Relaxed);
-                    if over_limit(queued, self.ctx.queue_limits().away_from_client) {
-                        debug!("closing a circuit with {queued} cells queued towards its next hop");
-                        self.ctx
-                            .stats
-                            .queue_limit_kills
-                            .fetch_add(1, Ordering::Relaxed);
+                    let limit = self.ctx.queue_limits().away_from_client;
+                    if forwarded(&self.ctx, queued, limit, "its next hop") {
                         self.drop_origin(id, true);
                         return;
                     }
