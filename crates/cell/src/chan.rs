@@ -148,7 +148,6 @@ impl RawCell {
 #[derive(Debug, Clone)]
 pub struct CellCodec {
     circ_id_len: usize,
-    max_var_len: usize,
 }
 
 impl Default for CellCodec {
@@ -158,16 +157,13 @@ impl Default for CellCodec {
 }
 
 impl CellCodec {
-    /// Largest variable-length cell payload accepted by default. CERTS cells
-    /// are the largest legitimate ones (a few KiB).
-    pub const DEFAULT_MAX_VAR_LEN: usize = 16 * 1024;
-
     /// A codec for the start of a connection (2-byte circuit IDs).
+    ///
+    /// Variable-length cells of any length their 16-bit field can give
+    /// are framed, as tor frames them: a peer may pad with a VPADDING of
+    /// up to 65,535 bytes. (The link handshake bounds its own total.)
     pub fn new() -> Self {
-        CellCodec {
-            circ_id_len: 2,
-            max_var_len: Self::DEFAULT_MAX_VAR_LEN,
-        }
+        CellCodec { circ_id_len: 2 }
     }
     /// Set the negotiated link protocol version.
     pub fn set_link_version(&mut self, v: u16) {
@@ -186,32 +182,32 @@ impl CellCodec {
     /// front of `buf`, without consuming it; `None` if the cell is not
     /// complete yet.
     pub fn peek_frame(&self, buf: &[u8]) -> Result<Option<(u32, ChanCmd, usize)>, CellError> {
-        let hdr = self.circ_id_len + 1;
-        if buf.len() < hdr {
+        let Some(total) = self.frame_len(buf) else {
             return Ok(None);
-        }
-        let cmd = ChanCmd(buf[self.circ_id_len]);
-        let total = if cmd.is_var() {
-            if buf.len() < hdr + 2 {
-                return Ok(None);
-            }
-            let len = u16::from_be_bytes([buf[hdr], buf[hdr + 1]]) as usize;
-            if len > self.max_var_len {
-                return Err(CellError::TooLong(len));
-            }
-            hdr + 2 + len
-        } else {
-            hdr + PAYLOAD_LEN
         };
         if buf.len() < total {
             return Ok(None);
         }
+        let cmd = ChanCmd(buf[self.circ_id_len]);
         let circ_id = if self.circ_id_len == 4 {
             u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]])
         } else {
             u16::from_be_bytes([buf[0], buf[1]]) as u32
         };
         Ok(Some((circ_id, cmd, total)))
+    }
+
+    /// The wire length of the cell at the front of `buf` as its header
+    /// gives it, before the rest has arrived; `None` until the header has.
+    pub fn frame_len(&self, buf: &[u8]) -> Option<usize> {
+        let hdr = self.circ_id_len + 1;
+        let cmd = ChanCmd(*buf.get(self.circ_id_len)?);
+        if cmd.is_var() {
+            let len = u16::from_be_bytes([*buf.get(hdr)?, *buf.get(hdr + 1)?]) as usize;
+            Some(hdr + 2 + len)
+        } else {
+            Some(hdr + PAYLOAD_LEN)
+        }
     }
 
     /// Split one complete cell off the front of `buf`, if there is one.
@@ -631,12 +627,21 @@ mod tests {
         assert_eq!(parse_versions(&got.payload).unwrap(), vec![4, 5]);
     }
 
+    /// As tor: a variable-length cell of the largest length its field
+    /// allows is a cell (a 64 KiB VPADDING does not close the link), and
+    /// nothing is framed before all of it arrived.
     #[test]
-    fn oversized_var_cell_rejected() {
+    fn largest_var_cell_is_framed() {
         let mut c = CellCodec::new();
         c.set_link_version(4);
-        let mut buf = BytesMut::from(&[0u8, 0, 0, 0, 129, 0xff, 0xff][..]);
-        assert!(matches!(c.decode(&mut buf), Err(CellError::TooLong(65535))));
+        let mut buf = BytesMut::from(&[0u8, 0, 0, 0, 128, 0xff, 0xff][..]);
+        buf.resize(7 + 65534, 0x55);
+        assert!(c.decode(&mut buf).unwrap().is_none(), "one byte is missing");
+        buf.extend_from_slice(&[0x55, 0, 0, 0, 0, 0]);
+        let cell = c.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(cell.cmd, ChanCmd::VPADDING);
+        assert_eq!(cell.payload.len(), 65535);
+        assert_eq!(&buf[..], &[0, 0, 0, 0, 0], "the next cell's start is left");
     }
 
     #[test]

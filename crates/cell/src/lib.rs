@@ -42,9 +42,6 @@ pub enum CellError {
         /// Why it is invalid.
         why: String,
     },
-    /// A variable-length cell is larger than we accept.
-    #[error("variable-length cell of {0} bytes exceeds the limit")]
-    TooLong(usize),
     /// A message does not fit into a cell.
     #[error("{0} does not fit in a cell")]
     DoesNotFit(&'static str),

@@ -31,7 +31,9 @@ enum Misbehave {
     WrongTlsCert,
     /// A CERTS cell full of garbage.
     GarbageCerts,
-    /// A variable-length cell claiming 65535 bytes.
+    /// A variable-length cell claiming 65535 bytes in the handshake (past
+    /// its 64 KiB limit; after the handshake such a cell is framed, as
+    /// tor frames it).
     Oversized,
     /// Half a TLS record, then close.
     TruncatedTls,
@@ -114,7 +116,7 @@ async fn broken_responders_fail_cleanly() {
     let cases = [
         (Misbehave::WrongTlsCert, "TLS"),
         (Misbehave::GarbageCerts, "malformed"),
-        (Misbehave::Oversized, "exceeds the limit"),
+        (Misbehave::Oversized, "handshake too long"),
         (Misbehave::TruncatedTls, ""),
     ];
     for (how, want) in cases {

@@ -223,7 +223,10 @@ impl<'a> InitiatorHandshake<'a> {
             }
             let before = input.clone();
             let Some(cell) = self.codec.decode(input)? else {
-                if input.len() > MAX_HANDSHAKE_BYTES {
+                // A cell that would take the handshake past its limit is
+                // refused now, not once it arrived.
+                let pending = self.codec.frame_len(input).unwrap_or(0).max(input.len());
+                if self.read.saturating_add(pending) > MAX_HANDSHAKE_BYTES {
                     return Err(HandshakeError::TooLong);
                 }
                 return Ok(None);
@@ -457,7 +460,10 @@ impl<'a> ResponderHandshake<'a> {
             let before_len = input.len();
             let snapshot = input.clone();
             let Some(cell) = self.codec.decode(input)? else {
-                if input.len() > MAX_HANDSHAKE_BYTES {
+                // A cell that would take the handshake past its limit is
+                // refused now, not once it arrived.
+                let pending = self.codec.frame_len(input).unwrap_or(0).max(input.len());
+                if self.read.saturating_add(pending) > MAX_HANDSHAKE_BYTES {
                     return Err(HandshakeError::TooLong);
                 }
                 return Ok(None);
