@@ -39,6 +39,7 @@ pub(crate) struct Ctx {
 fn isolation_key(token: u64, epoch: u64) -> IsolationKey {
     IsolationKey {
         socks_auth: (token != 0).then(|| (TOKEN_USER.to_vec(), token.to_be_bytes().to_vec())),
+        client_addr: None,
         nym_epoch: epoch,
     }
 }
@@ -156,6 +157,7 @@ mod tests {
             isolation_key(0, 3),
             IsolationKey {
                 socks_auth: None,
+                client_addr: None,
                 nym_epoch: 3
             }
         );

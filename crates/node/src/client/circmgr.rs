@@ -26,12 +26,14 @@ use super::buildtimes::BuildTimes;
 use super::chanmgr::ChanMgr;
 use super::circuit::{self, BuildError, Circuit, HopTarget};
 
-/// Streams with different isolation keys never share a circuit
-/// (SOCKS username/password, like tor's IsolateSOCKSAuth).
+/// Streams with different isolation keys never share a circuit: tor's
+/// default SocksPort isolation (IsolateSOCKSAuth, IsolateClientAddr).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct IsolationKey {
     /// SOCKS username and password, if any.
     pub socks_auth: Option<(Vec<u8>, Vec<u8>)>,
+    /// The SOCKS client's address (None: not from a SOCKS port).
+    pub client_addr: Option<std::net::IpAddr>,
     /// NEWNYM epoch: streams from before and after a NEWNYM never share.
     pub nym_epoch: u64,
 }

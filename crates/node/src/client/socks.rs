@@ -275,10 +275,7 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
     let epoch = ctx.hub.epoch.load(Ordering::Relaxed);
     if req.cmd == SocksCmd::UdpAssociate {
         // Each destination is tracked as its own stream.
-        let key = IsolationKey {
-            socks_auth: req.auth.clone(),
-            nym_epoch: epoch,
-        };
+        let key = isolation_key(&req, peer, epoch);
         return super::udp::associate(sock, peer, ctx, key, req).await;
     }
     let tr = Tracked::new(&ctx.hub, &req, peer, epoch);
@@ -290,10 +287,7 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         tr.failed(onionmix_cell::relay::end_reason::TIMEOUT, false);
         return Err("not bootstrapped yet".into());
     }
-    let key = IsolationKey {
-        socks_auth: req.auth.clone(),
-        nym_epoch: epoch,
-    };
+    let key = isolation_key(&req, peer, epoch);
     if let (true, Some(hs)) = (onion, &ctx.hs) {
         return super::hs::socks::connect(sock, hs, key, req, &early, ctx.extended_errors).await;
     }
@@ -301,6 +295,17 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,
         SocksCmd::Resolve | SocksCmd::ResolvePtr => resolve(sock, ctx, key, req, tr).await,
         SocksCmd::UdpAssociate => Err("UDP ASSOCIATE handled above".into()),
+    }
+}
+
+/// The circuits a request's streams may share: tor's default SocksPort
+/// isolation, by SOCKS credentials (IsolateSOCKSAuth) and by the
+/// application's address (IsolateClientAddr), within one NEWNYM epoch.
+fn isolation_key(req: &SocksRequest, peer: SocketAddr, epoch: u64) -> IsolationKey {
+    IsolationKey {
+        socks_auth: req.auth.clone(),
+        client_addr: Some(peer.ip()),
+        nym_epoch: epoch,
     }
 }
 
@@ -472,6 +477,7 @@ async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use onionmix_frontend::socks::SocksVersion;
 
     #[test]
     fn attempts_wait_as_tor_and_fit_the_stream_timeout() {
@@ -506,6 +512,42 @@ mod tests {
             !kept
                 .iter()
                 .any(|a| matches!(a, A::Ip(i, _) if i.is_loopback()))
+        );
+    }
+
+    /// As tor's default SocksPort flags: streams of different SOCKS
+    /// credentials, or from different application addresses, never share
+    /// a circuit; the same credentials from the same address do.
+    #[test]
+    fn isolation_by_credentials_and_client_address() {
+        let req = |auth: Option<(&[u8], &[u8])>| SocksRequest {
+            cmd: SocksCmd::Connect,
+            host: TargetHost::Hostname("example.com".into()),
+            port: 443,
+            auth: auth.map(|(u, p)| (u.to_vec(), p.to_vec())),
+            version: SocksVersion::V5,
+        };
+        let a: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let a2: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+        let b: SocketAddr = "192.168.1.20:40000".parse().unwrap();
+        let k = |r: &SocksRequest, p| isolation_key(r, p, 3);
+        assert_eq!(
+            k(&req(None), a),
+            k(&req(None), a2),
+            "another port, same application host"
+        );
+        assert_ne!(k(&req(None), a), k(&req(None), b), "IsolateClientAddr");
+        let alice = req(Some((b"alice", b"x")));
+        assert_ne!(
+            k(&alice, a),
+            k(&req(Some((b"bob", b"x"))), a),
+            "IsolateSOCKSAuth"
+        );
+        assert_eq!(k(&alice, a), k(&alice, a2));
+        assert_ne!(
+            isolation_key(&alice, a, 3),
+            isolation_key(&alice, a, 4),
+            "NEWNYM"
         );
     }
 }
