@@ -23,8 +23,8 @@ use onionmix_proto::optimistic::OptimisticData;
 use super::circmgr::IsolationKey;
 use super::control::streams::Tracked;
 use super::socks::{
-    MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, SocksContext, attempt_timeout, circuit_for,
-    retriable_end,
+    MAX_POLICY_REFUSALS, MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, SocksContext, attempt_timeout,
+    circuit_for, retriable_end,
 };
 use super::stream::{Stream, StreamError};
 use crate::reactor::{StreamEvent, StreamRequest};
@@ -80,7 +80,12 @@ pub async fn connect(
     // that timeout whatever the attempts. A stream a controller attaches
     // waits for it the whole time.
     let give_up = tokio::time::Instant::now() + ctx.stream_timeout;
-    for attempt in 0..MAX_STREAM_ATTEMPTS {
+    // Attempts an exit refused by its policy do not count towards
+    // MAX_STREAM_ATTEMPTS (tor retries them until the stream timeout):
+    // that exit is avoided afterwards, so they end with the exits.
+    let mut refused = 0usize;
+    let mut attempt = 0usize;
+    while attempt < MAX_STREAM_ATTEMPTS && refused < MAX_POLICY_REFUSALS {
         let left = give_up.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             break;
@@ -174,13 +179,29 @@ pub async fn connect(
             StreamError::LocalOnly(_) | StreamError::Unexpected => false,
             _ => true,
         };
-        debug!("stream attempt {} failed: {e}", attempt + 1);
+        debug!("stream attempt {} failed: {e}", attempt + refused + 1);
+        let policy = matches!(
+            e,
+            StreamError::End(onionmix_cell::relay::end_reason::EXITPOLICY)
+        );
         last_err = e;
         if !retry || tr.controller_attaches() {
             break;
         }
         tr.detached(last_err.end_reason());
         ctx.circmgr.retire(&circ);
+        if policy {
+            // As tor (connection_ap_process_end_not_open): an exit that
+            // refuses by policy is not picked again for a while. Its
+            // summary may not say (testing networks vote every relay an
+            // Exit; summaries cannot express "127.0.0.0/8 only").
+            if let Some(exit) = circ.path().last() {
+                ctx.circmgr.note_relay_failed(exit.rsa_id);
+            }
+            refused += 1;
+        } else {
+            attempt += 1;
+        }
     }
     if !replied {
         let code = end_reason_to_reply(last_err.end_reason());

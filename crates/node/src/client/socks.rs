@@ -28,6 +28,10 @@ pub const SOCKS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Circuits a CONNECT is tried on before giving up (tor's
 /// MAX_RESOLVE_FAILURES).
 pub const MAX_STREAM_ATTEMPTS: usize = 3;
+/// Exit-policy refusals a stream may meet besides those attempts (each
+/// refusing exit is avoided afterwards; tor retries them until its
+/// stream timeout, which still bounds these here).
+pub const MAX_POLICY_REFUSALS: usize = 8;
 
 /// END reasons after which tor tries the stream on another circuit.
 pub fn retriable_end(reason: u8) -> bool {
