@@ -174,6 +174,9 @@ def main():
 
         # A circuit along a chosen path.
         path, exits = pick_path(c, a.exits)
+        # Every microdescriptor (GETINFO md/all), as stem parses them.
+        mds = list(c.get_microdescriptors())
+        r["md_all_parses"] = len(mds) >= 3 and all(md.ntor_onion_key for md in mds)
         ev.drain()
         ev.seen.clear()
         cid = c.new_circuit(path, await_build=True, timeout=90)

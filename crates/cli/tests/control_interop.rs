@@ -64,6 +64,7 @@ const STEM_TRUE: &[&str] = &[
     "unknown_option_refused",
     "circuit_status_parses",
     "has_built_circuit",
+    "md_all_parses",
     "download_ok",
     "bw_events",
     "stream_status_parses",

@@ -97,6 +97,10 @@ pub const INFO_DOCS: &[(&str, &str)] = &[
     ("md/id/*", "Microdescriptors by ID"),
     ("md/name/*", "Microdescriptors by name"),
     (
+        "md/all",
+        "All known microdescriptors for the entire Tor network",
+    ),
+    (
         "dormant",
         "Is Tor dormant (not building circuits because it's idle)?",
     ),

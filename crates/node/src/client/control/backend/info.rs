@@ -55,6 +55,7 @@ const INFO_KEYS: &[&str] = &[
     "ns/all",
     "md/id/*",
     "md/name/*",
+    "md/all",
     "dormant",
     "traffic/read",
     "traffic/written",
@@ -156,6 +157,18 @@ impl ClientBackend {
             "accounting/enabled" => "0".into(),
             k if k == "ns/all" || k.starts_with("ns/id/") || k.starts_with("ns/name/") => {
                 return ns_value(self.dir().netdir().as_deref(), k);
+            }
+            "md/all" => {
+                // As tor: every microdescriptor we hold, one after the
+                // other (stem's `get_microdescriptors`); empty before a
+                // consensus.
+                match self.dir().netdir() {
+                    Some(nd) => nd
+                        .relays()
+                        .filter_map(|r| md_text(&nd, &r.rsa_id))
+                        .collect::<String>(),
+                    None => String::new(),
+                }
             }
             k if k.starts_with("md/id/") || k.starts_with("md/name/") => {
                 let nd = match self.netdir() {
