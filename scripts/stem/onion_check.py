@@ -11,7 +11,9 @@ HS_DESC events of the upload (CREATED, UPLOAD, UPLOADED formats),
 list_ephemeral_hidden_services (onions/current, onions/detached), a 1 MiB
 download through each fetching client's SOCKS port with SHA-256 verified
 (and, with --fetch-control, the HS_DESC REQUESTED/RECEIVED events of that
-client), ADD_ONION with the returned key (same ServiceID), DiscardPK and
+client and its STREAM events: NEW, SENTCONNECT and SUCCEEDED on one
+rendezvous circuit, CLOSED, and that circuit's PURPOSE, HS_STATE and
+REND_QUERY in circuit-status), ADD_ONION with the returned key (same ServiceID), DiscardPK and
 Detach, remove_ephemeral_hidden_service (gone from the lists, a second
 removal answers 552), and that new connections fail once it is removed.
 """
@@ -200,6 +202,8 @@ def main():
             fc = Controller.from_port(address=fh, port=fp)
             fc.authenticate(password=a.password)
             fc.add_event_listener(lambda e: fq.put(str(e)), EventType.HS_DESC)
+            sq = queue.Queue()
+            fc.add_event_listener(lambda e: sq.put(str(e)), EventType.STREAM)
         downloads = []
         for s in a.fetch_socks:
             ok, attempts, err = verified_download(
@@ -237,6 +241,36 @@ def main():
                 )
                 if g:
                     r["fetch_event_%s_example" % action.lower()] = g[0]
+            # The fetching client's STREAM events for its onion streams:
+            # NEW, SENTCONNECT and SUCCEEDED on the rendezvous circuit,
+            # CLOSED (control-spec §4.1.2), as for a stream through an exit.
+            streams = {}
+            for l in drain(sq):
+                f = l.split(" ")
+                if len(f) >= 5 and f[4].startswith(sid + ".onion:"):
+                    streams.setdefault(f[1], []).append((f[2], f[3]))
+            def in_order(seq):
+                want = ["NEW", "SENTCONNECT", "SUCCEEDED", "CLOSED"]
+                got = [st for st, _ in seq if st in want]
+                circs = {c for st, c in seq if st in ("SENTCONNECT", "SUCCEEDED")}
+                return got == want and len(circs) == 1 and "0" not in circs
+            r["fetch_stream_events"] = bool(streams) and any(in_order(v) for v in streams.values())
+            # That rendezvous circuit in `circuit-status`: tor's purpose,
+            # state and the service's address (control-spec §4.1.1).
+            rend_circs = {c for v in streams.values() for st, c in v if st == "SENTCONNECT"}
+            rows = [
+                l for l in fc.get_info("circuit-status", "").splitlines()
+                if l.split(" ")[0] in rend_circs
+            ]
+            r["fetch_rend_circuit_status"] = bool(rows) and all(
+                " PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_JOINED REND_QUERY=%s " % sid in l for l in rows
+            )
+            if rows:
+                r["fetch_rend_circuit_status_example"] = re.sub(r"^\S+ \S+ \S+ ", "<id> <status> <path> ", rows[0].replace(sid, "<id>"))
+            if streams:
+                r["fetch_stream_events_example"] = " ".join(
+                    st for st, _ in next(iter(streams.values()))
+                )
             fc.close()
 
         # Remove it: gone from the list, a second removal is 552.

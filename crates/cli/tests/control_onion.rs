@@ -6,7 +6,11 @@
 //! both and the reports must agree. Each service is created with
 //! `await_publication=True` in front of the sink's HTTP server and
 //! fetched (1 MiB, SHA-256 verified) through the other implementation's
-//! client and a second onionmix client; the key ADD_ONION returns gives
+//! client and a second onionmix client (the watched fetching client's
+//! STREAM events: NEW, SENTCONNECT and SUCCEEDED on the rendezvous
+//! circuit, CLOSED; that circuit's PURPOSE=HS_CLIENT_REND,
+//! HS_STATE=HSCR_JOINED and REND_QUERY in `circuit-status`); the key
+//! ADD_ONION returns gives
 //! the same address again, and our key derivation gives stock tor's
 //! address from stock tor's key. A `V3Auth` service is refused to a
 //! client without the key and reached by the other implementation's
@@ -80,6 +84,8 @@ const TRUE: &[&str] = &[
     "all_downloads_ok",
     "fetch_event_requested_format",
     "fetch_event_received_format",
+    "fetch_stream_events",
+    "fetch_rend_circuit_status",
     "hsdir_index_agrees",
     "removed",
     "unlisted_after_removal",

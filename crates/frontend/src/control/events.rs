@@ -94,8 +94,12 @@ pub struct CircStatus {
     pub path: Vec<String>,
     /// BUILD_FLAGS entries (ONEHOP_TUNNEL, IS_INTERNAL, NEED_CAPACITY...).
     pub build_flags: Vec<&'static str>,
-    /// GENERAL, CONTROLLER...
+    /// GENERAL, CONTROLLER, HS_CLIENT_REND...
     pub purpose: &'static str,
+    /// HS_STATE of an onion-service circuit (HSCR_JOINED...).
+    pub hs_state: Option<&'static str>,
+    /// REND_QUERY: the onion service's address without `.onion`.
+    pub rend_query: Option<String>,
     /// TIME_CREATED, already formatted (ISOTime2Frac).
     pub time_created: String,
     /// REASON for FAILED/CLOSED.
@@ -111,7 +115,41 @@ impl CircStatus {
     /// [SOCKS_USERNAME=..] [REASON=..]`: the text after `650 CIRC `, and a
     /// `GETINFO circuit-status` line.
     pub fn line(&self) -> String {
-        let mut parts: Vec<String> = vec![self.id.to_string(), self.status.to_string()];
+        let mut s = format!("{} {}", self.id, self.status);
+        let d = self.describe();
+        if !d.is_empty() {
+            s.push(' ');
+            s.push_str(&d);
+        }
+        match (self.reason, self.remote_reason) {
+            (_, Some(r)) => s.push_str(&format!(" REASON=DESTROYED REMOTE_REASON={r}")),
+            (Some(r), None) => s.push_str(&format!(" REASON={r}")),
+            (None, None) => {}
+        }
+        s
+    }
+
+    /// `650 CIRC_MINOR <id> PURPOSE_CHANGED ...` after the purpose changed
+    /// from `old` (with its HS_STATE), without the `650 `.
+    pub fn purpose_changed_line(&self, old: &str, old_hs_state: Option<&str>) -> String {
+        let mut s = format!("CIRC_MINOR {} PURPOSE_CHANGED", self.id);
+        let d = self.describe();
+        if !d.is_empty() {
+            s.push(' ');
+            s.push_str(&d);
+        }
+        s.push_str(&format!(" OLD_PURPOSE={old}"));
+        if let Some(h) = old_hs_state {
+            s.push_str(&format!(" OLD_HS_STATE={h}"));
+        }
+        s
+    }
+
+    /// Path, BUILD_FLAGS, PURPOSE, HS_STATE, REND_QUERY, TIME_CREATED and
+    /// the SOCKS credentials, as tor's
+    /// `circuit_describe_status_for_controller`.
+    fn describe(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
         if !self.path.is_empty() {
             parts.push(self.path.join(","));
         }
@@ -119,6 +157,12 @@ impl CircStatus {
             parts.push(format!("BUILD_FLAGS={}", self.build_flags.join(",")));
         }
         parts.push(format!("PURPOSE={}", self.purpose));
+        if let Some(h) = self.hs_state {
+            parts.push(format!("HS_STATE={h}"));
+        }
+        if let Some(q) = &self.rend_query {
+            parts.push(format!("REND_QUERY={q}"));
+        }
         parts.push(format!("TIME_CREATED={}", self.time_created));
         if let Some((u, p)) = &self.socks_auth {
             if !u.is_empty() {
@@ -128,13 +172,7 @@ impl CircStatus {
                 parts.push(format!("SOCKS_PASSWORD={}", quote(p)));
             }
         }
-        let mut s = parts.join(" ");
-        match (self.reason, self.remote_reason) {
-            (_, Some(r)) => s.push_str(&format!(" REASON=DESTROYED REMOTE_REASON={r}")),
-            (Some(r), None) => s.push_str(&format!(" REASON={r}")),
-            (None, None) => {}
-        }
-        s
+        parts.join(" ")
     }
 }
 
@@ -324,6 +362,8 @@ mod tests {
             path: vec![long_name(&[0xAB; 20], "a"), long_name(&[1; 20], "b")],
             build_flags: vec!["NEED_CAPACITY"],
             purpose: "GENERAL",
+            hs_state: None,
+            rend_query: None,
             time_created: iso_time_usec(1_354_801_871_433_755),
             reason: None,
             remote_reason: None,
@@ -342,6 +382,30 @@ mod tests {
         assert_eq!(
             f.line(),
             "19 CLOSED PURPOSE=GENERAL TIME_CREATED=2012-12-06T13:51:11.433755 SOCKS_USERNAME=\"u\" REASON=DESTROYED REMOTE_REASON=FINISHED"
+        );
+        // An onion-service circuit, and its purpose change (control-spec
+        // 4.1.1 and 4.1.14; tor's fields in tor's order).
+        let mut h = c.clone();
+        h.path.truncate(1);
+        h.purpose = "HS_CLIENT_REND";
+        h.hs_state = Some("HSCR_CONNECTING");
+        h.rend_query = Some("a".repeat(56));
+        assert_eq!(
+            h.line(),
+            format!(
+                "19 BUILT $ABABABABABABABABABABABABABABABABABABABAB~a BUILD_FLAGS=NEED_CAPACITY PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_CONNECTING REND_QUERY={} TIME_CREATED=2012-12-06T13:51:11.433755",
+                "a".repeat(56)
+            )
+        );
+        h.rend_query = None;
+        assert_eq!(
+            h.purpose_changed_line("GENERAL", None),
+            "CIRC_MINOR 19 PURPOSE_CHANGED $ABABABABABABABABABABABABABABABABABABABAB~a BUILD_FLAGS=NEED_CAPACITY PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_CONNECTING TIME_CREATED=2012-12-06T13:51:11.433755 OLD_PURPOSE=GENERAL"
+        );
+        h.purpose = "HS_CLIENT_INTRO";
+        assert!(
+            h.purpose_changed_line("HS_CLIENT_REND", Some("HSCR_CONNECTING"))
+                .ends_with(" OLD_PURPOSE=HS_CLIENT_REND OLD_HS_STATE=HSCR_CONNECTING")
         );
     }
 

@@ -219,6 +219,19 @@ impl Circuit {
         }
         c
     }
+    /// Tell the control port what an onion-service circuit is for (its
+    /// PURPOSE, HS_STATE and REND_QUERY, tor's names; a no-op without a
+    /// control port).
+    pub fn set_control_purpose(
+        &self,
+        purpose: &'static str,
+        hs_state: Option<&'static str>,
+        rend_query: Option<&str>,
+    ) {
+        if let Some(h) = &self.chan.hub {
+            h.circ_purpose(self.ctl_id, purpose, hs_state, rend_query);
+        }
+    }
     /// Whether the circuit can still take streams.
     pub fn is_usable(&self, max_dirtiness: Duration) -> bool {
         if self.chan.is_closed() || self.credits.is_closed() || self.is_extending() {

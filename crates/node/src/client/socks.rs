@@ -293,7 +293,8 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
     }
     let key = isolation_key(&req, peer, epoch);
     if let (true, Some(hs)) = (onion, &ctx.hs) {
-        return super::hs::socks::connect(sock, hs, key, req, &early, ctx.extended_errors).await;
+        return super::hs::socks::connect(sock, hs, key, req, &early, ctx.extended_errors, tr)
+            .await;
     }
     match req.cmd {
         SocksCmd::Connect => super::connect::connect(sock, ctx, key, req, early, tr).await,

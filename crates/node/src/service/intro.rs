@@ -32,6 +32,7 @@ pub(super) async fn run(
             .await
             .map_err(|e| e.to_string())?;
         let kh = circ.last_hop_kh();
+        circ.set_control_purpose("HS_SERVICE_INTRO", Some("HSSI_CONNECTING"), None);
         let mut hs = HsCirc::attach(circ).await.map_err(|e| e.to_string())?;
         let msg = establish_intro(&keys.auth, &kh, dos).map_err(|e| e.to_string())?;
         hs.send(RelayCmd::ESTABLISH_INTRO, msg, None)
@@ -40,6 +41,8 @@ pub(super) async fn run(
         hs.expect(RelayCmd::INTRO_ESTABLISHED, INTRO_ESTABLISHED_TIMEOUT)
             .await
             .map_err(|e| format!("INTRO_ESTABLISHED: {e}"))?;
+        hs.circ
+            .set_control_purpose("HS_SERVICE_INTRO", Some("HSSI_ESTABLISHED"), None);
         if tx.send(Ev::IntroUp(id)).await.is_err() {
             return Ok(());
         }

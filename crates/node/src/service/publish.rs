@@ -136,7 +136,15 @@ pub(super) async fn upload(
     // 400 is UPLOAD_REJECTED, any other answer UNEXPECTED. tor reports
     // nothing when the HSDir cannot be reached; we say UNEXPECTED, so a
     // controller waiting for the upload learns that it failed.
-    let failure = match hsdir_request(&ctx.dir, &ctx.circmgr, &hsdir, &req, 64 * 1024).await {
+    let asked = hsdir_request(
+        &ctx.dir,
+        &ctx.circmgr,
+        &hsdir,
+        &req,
+        64 * 1024,
+        ("HS_SERVICE_HSDIR", None),
+    );
+    let failure = match asked.await {
         Ok((200, _)) => None,
         Ok((status, body)) => {
             debug!(

@@ -67,6 +67,7 @@ pub(super) async fn serve(
         let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&rp), None, &|_| true)
             .await
             .map_err(|e| e.to_string())?;
+        circ.set_control_purpose("HS_SERVICE_REND", Some("HSSR_CONNECTING"), None);
         let hs = HsCirc::attach(circ).await.map_err(|e| e.to_string())?;
         let ntor = HsNtorService::new(&keys.enc, &keys.auth.public(), &subcred);
         let (y, auth, hkeys) = ntor
@@ -90,6 +91,8 @@ pub(super) async fn serve(
         if cc_sendme_inc.is_some() {
             ServiceStats::bump(&stats.rendezvous_cc);
         }
+        hs.circ
+            .set_control_purpose("HS_SERVICE_REND", Some("HSSR_JOINED"), None);
         Ok(hs)
     }
     .await;

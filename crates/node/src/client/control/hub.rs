@@ -294,6 +294,8 @@ impl ControlHub {
             path: Vec::new(),
             build_flags,
             purpose: if controller { "CONTROLLER" } else { "GENERAL" },
+            hs_state: None,
+            rend_query: None,
             time_created: iso_time_usec(now_micros()),
             reason: None,
             remote_reason: None,
@@ -395,19 +397,40 @@ impl ControlHub {
         };
         e.chan = Some((chan, circ_id, credits));
         e.status.status = "BUILT";
-        // The first exit circuit after NEWNYM that avoided the old exits
-        // ends the avoidance.
-        if e.relays.len() >= 2
-            && let Some(x) = e.relays.last()
-        {
-            let mut av = lock(&self.newnym_avoid);
-            if !av.is_empty() && !av.contains(x) {
-                av.clear();
-            }
-        }
         let st = e.status.clone();
         drop(circs);
         self.emit_circ(&st);
+    }
+
+    /// An onion-service use of circuit `id`: its PURPOSE, HS_STATE and
+    /// REND_QUERY (the address without `.onion`). A changed purpose is
+    /// announced as tor does (`CIRC_MINOR PURPOSE_CHANGED`); a new HS_STATE
+    /// alone shows in later CIRC events and `circuit-status`.
+    pub fn circ_purpose(
+        &self,
+        id: u64,
+        purpose: &'static str,
+        hs_state: Option<&'static str>,
+        rend_query: Option<&str>,
+    ) {
+        let mut circs = lock(&self.circs);
+        let Some(e) = circs.get_mut(&id) else {
+            return;
+        };
+        let (old, old_hs) = (e.status.purpose, e.status.hs_state);
+        e.status.purpose = purpose;
+        e.status.hs_state = hs_state;
+        if let Some(q) = rend_query {
+            e.status.rend_query = Some(q.to_string());
+        }
+        if old == purpose {
+            return;
+        }
+        let st = e.status.clone();
+        drop(circs);
+        self.emit("CIRC_MINOR", || {
+            reply::event(&st.purpose_changed_line(old, old_hs))
+        });
     }
 
     /// A build failed.
@@ -499,7 +522,7 @@ impl ControlHub {
     pub fn used_exits(&self) -> HashSet<[u8; 20]> {
         lock(&self.circs)
             .values()
-            .filter(|e| e.streams > 0)
+            .filter(|e| e.streams > 0 && matches!(e.status.purpose, "GENERAL" | "CONTROLLER"))
             .filter_map(|e| e.relays.last().copied())
             .collect()
     }
@@ -560,7 +583,25 @@ impl ControlHub {
             _ => 0,
         };
         if let (Some(c), "SENTCONNECT" | "SENTRESOLVE") = (circ, status) {
-            self.with_circ(c, |e| e.streams += 1);
+            let exit = self
+                .with_circ(c, |e| {
+                    e.streams += 1;
+                    let general = matches!(e.status.purpose, "GENERAL" | "CONTROLLER");
+                    e.relays
+                        .last()
+                        .copied()
+                        .filter(|_| general && e.relays.len() >= 2)
+                })
+                .flatten();
+            // The first stream after NEWNYM that leaves through an exit the
+            // old circuits did not use ends the avoidance (an onion-service
+            // circuit, whose last hop is no exit, does not).
+            if let Some(x) = exit {
+                let mut av = lock(&self.newnym_avoid);
+                if !av.is_empty() && !av.contains(&x) {
+                    av.clear();
+                }
+            }
         }
         self.emit("STREAM", || reply::event(&format!("STREAM {line}")));
     }

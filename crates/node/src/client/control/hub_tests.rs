@@ -174,3 +174,79 @@ fn bootstrap_events_follow_the_phases() {
     assert_eq!(rx.borrow_and_update().summary, "Done");
     assert_eq!(hub.bootstrap_progress(), 100);
 }
+
+#[test]
+fn onion_service_purposes_and_newnym_avoidance() {
+    let hub = ControlHub::new();
+    let (sub, mut rx) = hub.subscribe().unwrap();
+    hub.set_mask(sub, mask(&["CIRC_MINOR"]));
+    let built = |path: &[HopTarget]| {
+        let id = hub.circ_launched(path, false);
+        hub.circ_extended(id, path, path.len());
+        let (chan, _rx) = crate::reactor::ChannelHandle::for_tests();
+        let credits = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        hub.circ_built(id, chan, 7, credits, Duration::from_millis(5));
+        id
+    };
+    let stream_on = |circ: u64| {
+        let s = hub.stream_new(StreamStatus {
+            id: 0,
+            status: "NEW",
+            circ_id: 0,
+            target: "example.com:80".into(),
+            reason: None,
+            remote_reason: None,
+            source_addr: None,
+            purpose: Some("USER"),
+            socks_auth: None,
+            client_protocol: "SOCKS5",
+            nym_epoch: 0,
+        });
+        hub.stream_status(s, "SENTCONNECT", Some(circ), None, None);
+    };
+    let avoided = || hub.newnym_avoid.lock().unwrap().clone();
+    // A stream through exit r3, then NEWNYM: r3 is avoided.
+    let a = built(&[hop(1), hop(2), hop(3)]);
+    stream_on(a);
+    hub.newnym_apply();
+    assert_eq!(avoided(), [[3u8; 20]].into_iter().collect());
+
+    // A pooled circuit becomes a rendezvous circuit: CIRC_MINOR
+    // PURPOSE_CHANGED once; a new HS_STATE alone is no event.
+    let b = built(&[hop(1), hop(2), hop(4)]);
+    hub.circ_purpose(b, "HS_CLIENT_REND", Some("HSCR_CONNECTING"), None);
+    let e = String::from_utf8(rx.try_recv().unwrap()).unwrap();
+    assert!(
+        e.starts_with(&format!("650 CIRC_MINOR {b} PURPOSE_CHANGED $"))
+            && e.contains(" PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_CONNECTING TIME_CREATED=")
+            && e.ends_with(" OLD_PURPOSE=GENERAL\r\n"),
+        "{e}"
+    );
+    let q = "a".repeat(56);
+    hub.circ_purpose(b, "HS_CLIENT_REND", Some("HSCR_JOINED"), Some(&q));
+    assert!(rx.try_recv().is_err(), "an HS_STATE change was announced");
+    let row = hub.circuit_status();
+    let row = row
+        .lines()
+        .find(|l| l.starts_with(&format!("{b} ")))
+        .unwrap();
+    assert!(
+        row.contains(&format!(
+            " PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_JOINED REND_QUERY={q} "
+        )),
+        "{row}"
+    );
+    // An onion stream on it neither ends the avoidance nor makes its
+    // rendezvous point an exit to avoid later.
+    stream_on(b);
+    assert_eq!(avoided(), [[3u8; 20]].into_iter().collect());
+    assert!(!hub.used_exits().contains(&[4u8; 20]));
+    // The first stream through another exit ends it.
+    let c = built(&[hop(1), hop(2), hop(5)]);
+    stream_on(c);
+    assert!(avoided().is_empty());
+    assert_eq!(
+        hub.used_exits(),
+        [[3u8; 20], [5u8; 20]].into_iter().collect()
+    );
+}

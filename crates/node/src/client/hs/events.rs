@@ -21,6 +21,13 @@ pub(super) struct FetchEvents<'a> {
     period_len: u64,
 }
 
+impl FetchEvents<'_> {
+    /// The service's address without `.onion`.
+    pub(super) fn address(&self) -> &str {
+        &self.address
+    }
+}
+
 fn name(h: &HopTarget) -> HsDirName {
     HsDirName {
         rsa_id: h.rsa_id,

@@ -277,6 +277,7 @@ impl HsClient {
             hsdir,
             request,
             onionmix_hs::desc::MAX_DESC_LEN,
+            ("HS_CLIENT_HSDIR", Some(ev.address())),
         )
         .await;
         match resp {
@@ -360,7 +361,21 @@ impl HsClient {
         key: &IsolationKey,
         early: &[u8],
     ) -> Result<Stream, OnionConnectError> {
-        let res = self.connect_inner(addr, port, key, early).await;
+        self.connect_reporting(addr, port, key, early, &mut |_| {})
+            .await
+    }
+
+    /// [`Self::connect`], calling `on_begin` with the rendezvous circuit
+    /// each time a BEGIN is sent on one (the control port's SENTCONNECT).
+    pub async fn connect_reporting(
+        &self,
+        addr: &OnionAddress,
+        port: u16,
+        key: &IsolationKey,
+        early: &[u8],
+        on_begin: &mut (dyn FnMut(&Arc<Circuit>) + Send),
+    ) -> Result<Stream, OnionConnectError> {
+        let res = self.connect_inner(addr, port, key, early, on_begin).await;
         let st = &self.inner.stats;
         HsStats::bump(if res.is_ok() {
             &st.connects_ok
@@ -376,6 +391,7 @@ impl HsClient {
         port: u16,
         key: &IsolationKey,
         early: &[u8],
+        on_begin: &mut (dyn FnMut(&Arc<Circuit>) + Send),
     ) -> Result<Stream, OnionConnectError> {
         let rk: RendKey = (*addr.key(), key.clone());
         let gate = {
@@ -393,6 +409,7 @@ impl HsClient {
         let existing = lock(&self.inner.joined).get(&rk).cloned();
         if let Some(c) = existing {
             if c.is_usable(self.inner.cfg.max_dirtiness) {
+                on_begin(&c);
                 match self.begin(&c, port, early).await {
                     Ok(s) => {
                         HsStats::bump(&self.inner.stats.rend_reused);
@@ -418,6 +435,7 @@ impl HsClient {
                 j.insert(rk, circ.clone());
             }
         }
+        on_begin(&circ);
         Ok(self.begin(&circ, port, early).await?)
     }
 
@@ -511,7 +529,17 @@ impl HsClient {
                         0
                     };
                     match self
-                        .introduce(&net, &desc, &ip, effort, &subcred, &mut rend)
+                        .introduce(
+                            &net,
+                            rend::IntroTarget {
+                                addr,
+                                desc: &desc,
+                                ip: &ip,
+                            },
+                            effort,
+                            &subcred,
+                            &mut rend,
+                        )
                         .await
                     {
                         Ok(c) => return Ok(c),

@@ -371,12 +371,16 @@ async fn build_fresh(
 
 /// A directory request to an HSDir over `BEGIN_DIR` on a circuit of its
 /// own; returns the HTTP status and body (at most `max_body` bytes).
+/// `purpose` is what the control port shows for the circuit
+/// (HS_CLIENT_HSDIR or HS_SERVICE_HSDIR, with the service's address
+/// without `.onion` as REND_QUERY when known).
 pub async fn hsdir_request(
     dir: &Arc<DirMgr>,
     circmgr: &CircMgr,
     hsdir: &HopTarget,
     request: &[u8],
     max_body: usize,
+    purpose: (&'static str, Option<&str>),
 ) -> Result<(u16, Vec<u8>), String> {
     let fut = async {
         // A fetch may use a pre-built circuit; uploads (large, not
@@ -389,6 +393,7 @@ pub async fn hsdir_request(
             build_fresh(dir, circmgr, Some(hsdir), &|_| true).await
         }
         .map_err(|e| e.to_string())?;
+        circ.set_control_purpose(purpose.0, None, purpose.1);
         // A small request (a descriptor fetch) travels right behind
         // BEGIN_DIR instead of a round trip later: a relay opens a
         // directory stream as soon as BEGIN_DIR arrives (tor answers

@@ -11,6 +11,7 @@ use tracing::{debug, info};
 use onionmix_cell::hs::HsMsg;
 use onionmix_cell::relay::RelayCmd;
 use onionmix_crypto::relay_crypto_hs::HsRelayLayer;
+use onionmix_hs::OnionAddress;
 use onionmix_hs::client::IntroOutcome;
 use onionmix_hs::client::cache::CachedDesc;
 use onionmix_hs::desc::IntroPointInfo;
@@ -59,6 +60,14 @@ pub(super) struct ReadyRend {
     point: HopTarget,
 }
 
+/// What one introduction is to: the service, its descriptor and one of
+/// its introduction points.
+pub(super) struct IntroTarget<'a> {
+    pub addr: &'a OnionAddress,
+    pub desc: &'a CachedDesc,
+    pub ip: &'a IntroPointInfo,
+}
+
 impl HsClient {
     /// A rendezvous circuit with its point ready. `intro`: the
     /// introduction point the circuit taken alongside goes to; a pooled
@@ -80,25 +89,30 @@ impl HsClient {
             HsCircError::Closed
         })?;
         let point = circ.path().last().cloned().ok_or(HsCircError::Closed)?;
+        circ.set_control_purpose("HS_CLIENT_REND", Some("HSCR_CONNECTING"), None);
         let mut hs = HsCirc::attach(circ).await?;
         let cookie: [u8; 20] = rand::random();
         hs.send(RelayCmd::ESTABLISH_RENDEZVOUS, cookie.to_vec(), None)
             .await?;
         hs.expect(RelayCmd::RENDEZVOUS_ESTABLISHED, REND_ESTABLISHED_TIMEOUT)
             .await?;
+        hs.circ
+            .set_control_purpose("HS_CLIENT_REND", Some("HSCR_ESTABLISHED_IDLE"), None);
         Ok(ReadyRend { hs, cookie, point })
     }
 
-    /// One introduction through `ip`; on success the joined circuit.
+    /// One introduction through `target.ip`; on success the joined
+    /// circuit.
     pub(super) async fn introduce(
         &self,
         net: &HsNet,
-        desc: &CachedDesc,
-        ip: &IntroPointInfo,
+        target: IntroTarget<'_>,
         effort: u32,
         subcred: &[u8; 32],
         rend_slot: &mut RendSlot,
     ) -> Result<Arc<Circuit>, IntroOutcome> {
+        let IntroTarget { addr, desc, ip } = target;
+        let label = addr.label();
         let ip_hop = hop_from_link_specs(&ip.link_specifiers, &ip.onion_key, Some(&net.nd))
             .ok_or(IntroOutcome::Unreachable)?;
         let reuse = rend_slot.ready.take().filter(|r| !r.hs.circ.is_closed());
@@ -127,6 +141,7 @@ impl HsClient {
                 debug!("introduction circuit: {e}");
                 HsCircError::Closed
             })?;
+            c.set_control_purpose("HS_CLIENT_INTRO", Some("HSCI_CONNECTING"), Some(&label));
             HsCirc::attach(c).await
         };
         let pow_fut = solve_pow(desc, effort);
@@ -175,6 +190,9 @@ impl HsClient {
             rend_slot.ready = Some(rend);
             return Err(IntroOutcome::Unreachable);
         }
+        intro
+            .circ
+            .set_control_purpose("HS_CLIENT_INTRO", Some("HSCI_INTRO_SENT"), None);
         let ack = intro
             .expect(RelayCmd::INTRODUCE_ACK, INTRO_ACK_TIMEOUT)
             .await;
@@ -198,6 +216,11 @@ impl HsClient {
             rend_slot.ready = Some(rend);
             return Err(IntroOutcome::Nack(status));
         }
+        rend.hs.circ.set_control_purpose(
+            "HS_CLIENT_REND",
+            Some("HSCR_ESTABLISHED_WAITING"),
+            Some(&label),
+        );
         let info = match rend
             .hs
             .expect(RelayCmd::RENDEZVOUS2, RENDEZVOUS2_TIMEOUT)
@@ -219,6 +242,9 @@ impl HsClient {
             .add_hop(Box::new(layer), cc_sendme_inc)
             .await
             .map_err(|_| IntroOutcome::Rend(RendFailure::CircuitClosed))?;
+        rend.hs
+            .circ
+            .set_control_purpose("HS_CLIENT_REND", Some("HSCR_JOINED"), None);
         HsStats::bump(&self.inner.stats.rend_joined);
         if cc_sendme_inc.is_some() {
             HsStats::bump(&self.inner.stats.rend_cc);

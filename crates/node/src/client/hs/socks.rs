@@ -15,7 +15,9 @@ use onionmix_hs::OnionAddress;
 
 use super::{HsClient, OnionConnectError};
 use crate::client::circmgr::IsolationKey;
+use crate::client::control::streams::Tracked;
 use crate::client::socks::STREAM_IDLE_TIMEOUT;
+use onionmix_cell::relay::end_reason;
 
 /// The SOCKS5 reply code for a failed onion connection.
 pub fn reply_for_error(e: &OnionConnectError, extended_errors: bool) -> u8 {
@@ -26,8 +28,25 @@ pub fn reply_for_error(e: &OnionConnectError, extended_errors: bool) -> u8 {
     }
 }
 
+/// The END reason a failed onion connection is reported with on the
+/// control port, and whether the far side gave it: the service's END for
+/// a stream it refused; tor's `RESOLVEFAILED` when the service could not
+/// be reached (descriptor, introduction or rendezvous failed); TIMEOUT
+/// or MISC when the rendezvous circuit failed the stream.
+pub fn stream_reason(e: &OnionConnectError) -> (u8, bool) {
+    match e {
+        OnionConnectError::Hs(_) => (end_reason::RESOLVEFAILED, false),
+        OnionConnectError::Stream(s) => (
+            s.end_reason(),
+            matches!(s, crate::client::stream::StreamError::End(_)),
+        ),
+    }
+}
+
 /// Serve a CONNECT to an onion service; `early` holds what the
-/// application sent right behind its request (see [`HsClient::connect`]).
+/// application sent right behind its request (see [`HsClient::connect`]);
+/// `tr` reports the stream to the control port (SENTCONNECT on the
+/// rendezvous circuit, SUCCEEDED, CLOSED or FAILED, as tor).
 pub async fn connect(
     mut sock: TcpStream,
     hs: &HsClient,
@@ -35,6 +54,7 @@ pub async fn connect(
     req: SocksRequest,
     early: &[u8],
     extended_errors: bool,
+    mut tr: Tracked,
 ) -> Result<(), String> {
     let addr = match &req.host {
         TargetHost::Hostname(h) => OnionAddress::parse_host(h).ok(),
@@ -47,20 +67,38 @@ pub async fn connect(
             reply_code::GENERAL_FAILURE
         };
         let _ = sock.write_all(&req.reply(code, None)).await;
+        tr.failed(end_reason::RESOLVEFAILED, false);
         return Err("not an onion address".into());
     };
-    match hs.connect(&addr, req.port, &key, early).await {
+    let res = hs
+        .connect_reporting(&addr, req.port, &key, early, &mut |c| tr.sent(c))
+        .await;
+    match res {
         Ok(stream) => {
-            sock.write_all(&req.reply(reply_code::SUCCEEDED, None))
+            tr.succeeded();
+            if let Err(e) = sock
+                .write_all(&req.reply(reply_code::SUCCEEDED, None))
                 .await
-                .map_err(|e| e.to_string())?;
-            let (up, down) = stream.pump(sock, STREAM_IDLE_TIMEOUT).await;
-            debug!("onion stream closed: {up} bytes up, {down} bytes down");
+            {
+                tr.closed();
+                return Err(e.to_string());
+            }
+            let close = tr.close_requested();
+            let counted = tr.count(sock);
+            tokio::select! {
+                (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
+                    debug!("onion stream closed: {up} bytes up, {down} bytes down");
+                }
+                _ = close => debug!("onion stream closed by the controller"),
+            }
+            tr.closed();
             Ok(())
         }
         Err(e) => {
             let code = reply_for_error(&e, extended_errors);
             let _ = sock.write_all(&req.reply(code, None)).await;
+            let (reason, remote) = stream_reason(&e);
+            tr.failed(reason, remote);
             Err(format!("onion connect failed: {e}"))
         }
     }
@@ -84,5 +122,15 @@ mod tests {
         assert_eq!(reply_for_error(&e, true), 0xF2);
         let e = OnionConnectError::Stream(StreamError::End(end_reason::CONNECTREFUSED));
         assert_eq!(reply_for_error(&e, true), reply_code::CONNECTION_REFUSED);
+    }
+
+    #[test]
+    fn control_port_reasons() {
+        let e = OnionConnectError::Hs(onionmix_hs::HsClientError::DescriptorNotFound);
+        assert_eq!(stream_reason(&e), (end_reason::RESOLVEFAILED, false));
+        let e = OnionConnectError::Stream(StreamError::End(end_reason::CONNECTREFUSED));
+        assert_eq!(stream_reason(&e), (end_reason::CONNECTREFUSED, true));
+        let e = OnionConnectError::Stream(StreamError::Timeout);
+        assert!(!stream_reason(&e).1);
     }
 }

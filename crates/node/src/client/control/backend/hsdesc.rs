@@ -202,7 +202,9 @@ impl ClientBackend {
             );
             let (address, http) = (req.address.clone(), http.clone());
             tokio::spawn(async move {
-                let r = hsdir_request(&dir, &circmgr, &hsdir, &http, UPLOAD_ANSWER_MAX).await;
+                let purpose = ("HS_SERVICE_HSDIR", Some(address.as_str()));
+                let r =
+                    hsdir_request(&dir, &circmgr, &hsdir, &http, UPLOAD_ANSWER_MAX, purpose).await;
                 report_upload(&hub, &address, &blinded, &hsdir, r);
                 drop(permit);
             });

@@ -310,7 +310,8 @@ impl Backend for ClientBackend {
             "controller" => "CONTROLLER",
             _ => return Err(CmdError::new(552, format!("Unknown purpose \"{purpose}\""))),
         };
-        self.ctx.hub.with_circ(n, |e| e.status.purpose = p);
+        // As tor: CIRC_MINOR PURPOSE_CHANGED when it changed.
+        self.ctx.hub.circ_purpose(n, p, None, None);
         Ok(())
     }
 
