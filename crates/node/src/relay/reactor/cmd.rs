@@ -143,13 +143,17 @@ impl Reactor {
                 self.drop_origin(circ_id, false);
                 self.send_destroy(circ_id, reason);
             }
-            RCmd::NextGone { circ_id } => {
-                if self.origins.contains_key(&circ_id) {
+            RCmd::NextGone { circ_id, shared } => {
+                // Only the circuit the next hop served, not a later one
+                // that reuses its ID.
+                if let Some(o) = self
+                    .origins
+                    .get_mut(&circ_id)
+                    .filter(|o| Arc::ptr_eq(&o.shared, &shared))
+                {
                     // DESTROY towards the client was already queued by the
                     // next channel's reactor; just forget the circuit.
-                    if let Some(o) = self.origins.get_mut(&circ_id) {
-                        o.next = None;
-                    }
+                    o.next = None;
                     self.drop_origin(circ_id, false);
                 }
             }

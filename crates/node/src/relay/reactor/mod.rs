@@ -158,6 +158,9 @@ pub enum RCmd {
     NextGone {
         /// Origin circuit ID.
         circ_id: u32,
+        /// The origin circuit's shared state: a client that reused the ID
+        /// meanwhile keeps its new circuit.
+        shared: SharedCirc,
     },
     /// (to the next channel) The origin side destroyed the circuit.
     PrevGone {
@@ -515,6 +518,7 @@ impl Reactor {
                 n.prev.writer.send_now(buf);
                 n.prev.chan.send(RCmd::NextGone {
                     circ_id: n.prev.circ_id,
+                    shared: n.prev.shared.clone(),
                 });
             }
         }
@@ -670,6 +674,7 @@ impl Reactor {
                     .encode_fixed(n.prev.circ_id, Cmd::DESTROY, &b, buf);
                 n.prev.chan.send(RCmd::NextGone {
                     circ_id: n.prev.circ_id,
+                    shared: n.prev.shared.clone(),
                 });
             } else {
                 n.prev.chan.send(RCmd::ExtendFailed {
