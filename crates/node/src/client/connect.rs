@@ -156,15 +156,7 @@ pub async fn connect(
                                 tr.closed();
                                 return Err("stream closed at once".into());
                             }
-                            let close = tr.close_requested();
-                            let counted = tr.count(sock);
-                            tokio::select! {
-                                (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
-                                    debug!("stream closed: {up} bytes up, {down} bytes down");
-                                }
-                                _ = close => debug!("stream closed by the controller"),
-                            }
-                            tr.closed();
+                            carry(stream, sock, &mut tr, "stream").await;
                             return Ok(());
                         }
                         Waited::Answer(Ok(_)) => Err(StreamError::Unexpected),
@@ -212,6 +204,21 @@ pub async fn connect(
         matches!(last_err, StreamError::End(_)),
     );
     Err(format!("connect failed: {last_err}"))
+}
+
+/// Carry an open stream for the application until either side ends it,
+/// it idles out, or a controller's CLOSESTREAM names it; then report it
+/// CLOSED. `what` names it in the debug log.
+pub(super) async fn carry(stream: Stream, sock: TcpStream, tr: &mut Tracked, what: &str) {
+    let close = tr.close_requested();
+    let counted = tr.count(sock);
+    tokio::select! {
+        (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
+            debug!("{what} closed: {up} bytes up, {down} bytes down");
+        }
+        _ = close => debug!("{what} closed by the controller"),
+    }
+    tr.closed();
 }
 
 /// Wait for the exit's answer to BEGIN, meanwhile reading what the

@@ -7,7 +7,6 @@
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tracing::debug;
 
 use onionmix_cell::relay::TargetHost;
 use onionmix_frontend::socks::{SocksRequest, end_reason_to_reply, reply_code};
@@ -16,7 +15,6 @@ use onionmix_hs::OnionAddress;
 use super::{HsClient, OnionConnectError};
 use crate::client::circmgr::IsolationKey;
 use crate::client::control::streams::Tracked;
-use crate::client::socks::STREAM_IDLE_TIMEOUT;
 use onionmix_cell::relay::end_reason;
 
 /// The SOCKS5 reply code for a failed onion connection.
@@ -83,15 +81,7 @@ pub async fn connect(
                 tr.closed();
                 return Err(e.to_string());
             }
-            let close = tr.close_requested();
-            let counted = tr.count(sock);
-            tokio::select! {
-                (up, down) = stream.pump(counted, STREAM_IDLE_TIMEOUT) => {
-                    debug!("onion stream closed: {up} bytes up, {down} bytes down");
-                }
-                _ = close => debug!("onion stream closed by the controller"),
-            }
-            tr.closed();
+            crate::client::connect::carry(stream, sock, &mut tr, "onion stream").await;
             Ok(())
         }
         Err(e) => {
