@@ -120,6 +120,7 @@ async fn socks_port(circmgr: &CircMgr, optimistic_reply: bool) -> SocketAddr {
     let addr = l.local_addr().unwrap();
     let (_tx, ready) = tokio::sync::watch::channel(true);
     let ctx = SocksContext {
+        dir: None,
         circmgr: circmgr.clone(),
         stream_timeout: Duration::from_secs(30),
         ready,

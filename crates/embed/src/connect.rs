@@ -2,14 +2,13 @@
 //! with the SOCKS path's retries on another circuit; `.onion` targets go
 //! to the onion-service client. Runs on the client's runtime.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tracing::debug;
 
-use onionmix_cell::relay::{Begin, TargetHost, begin_flags};
+use onionmix_cell::relay::{Begin, TargetHost};
 use onionmix_node::client::Client;
 use onionmix_node::client::circmgr::IsolationKey;
 use onionmix_node::client::circuit::Circuit;
@@ -96,11 +95,12 @@ async fn exit_stream(
     port: u16,
     timeout: Duration,
 ) -> Result<(Stream, Arc<Circuit>), EmbedError> {
-    let flags = match host {
-        TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
-        _ => begin_flags::IPV6_OK,
+    // The flags depend on each attempt's exit (as tor's).
+    let mut begin = Begin {
+        host,
+        port,
+        flags: 0,
     };
-    let begin = Begin { host, port, flags };
     let mut last = StreamError::Timeout;
     // As the SOCKS path: each attempt waits tor's retry timeout, the
     // stream at most `timeout` in all.
@@ -116,6 +116,7 @@ async fn exit_stream(
             .get_exit_circuit(key, Some(port))
             .await
             .map_err(|e| EmbedError::NoCircuit(e.to_string()))?;
+        begin.flags = onionmix_node::client::connect::begin_flags_for(Some(&c.dir), &circ, port);
         let e = match circ.begin_stream(StreamRequest::Begin(begin.clone())).await {
             Ok(mut s) => match s.first_event(wait).await {
                 // An exit claiming an internal address is not believed

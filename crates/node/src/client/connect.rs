@@ -9,19 +9,20 @@
 //! is sent at once, so applications that wait for it send their data
 //! early too; a stream that then fails is hung up on.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use onionmix_cell::relay::{Begin, TargetHost, begin_flags};
+use onionmix_cell::relay::{Begin, begin_flags};
 use onionmix_frontend::socks::{SocksRequest, end_reason_to_reply, reply_code};
 use onionmix_proto::optimistic::OptimisticData;
 
 use super::circmgr::IsolationKey;
+use super::circuit::Circuit;
 use super::control::streams::Tracked;
+use super::dir::DirMgr;
 use super::socks::{
     MAX_POLICY_REFUSALS, MAX_STREAM_ATTEMPTS, STREAM_IDLE_TIMEOUT, SocksContext, attempt_timeout,
     circuit_for, retriable_end,
@@ -50,14 +51,11 @@ pub async fn connect(
     early: Vec<u8>,
     mut tr: Tracked,
 ) -> Result<(), String> {
-    let flags = match req.host {
-        TargetHost::Ip(IpAddr::V6(_)) => begin_flags::IPV6_OK | begin_flags::IPV6_PREFERRED,
-        _ => begin_flags::IPV6_OK,
-    };
-    let begin = Begin {
+    // The flags depend on each attempt's exit.
+    let mut begin = Begin {
         host: req.host.clone(),
         port: req.port,
-        flags,
+        flags: 0,
     };
     let mut opt = OptimisticData::default();
     let taken = opt.push(&early);
@@ -110,6 +108,7 @@ pub async fn connect(
         tr.sent(&circ);
         let optimistic = ctx.optimistic_data && circ.exit_supports_optimistic_data();
         opt.retry();
+        begin.flags = begin_flags_for(ctx.dir.as_deref(), &circ, req.port);
         let res: Result<(), StreamError> =
             match circ.begin_stream(StreamRequest::Begin(begin.clone())).await {
                 Ok(mut stream) => {
@@ -206,6 +205,33 @@ pub async fn connect(
     Err(format!("connect failed: {last_err}"))
 }
 
+/// BEGIN flags as tor's client sets them with its default SocksPort
+/// (IPv4Traffic and IPv6Traffic on, PreferIPv6 off:
+/// `connection_ap_get_begincell_flags`): IPV6_OK when the exit's IPv6
+/// exit policy (its microdescriptor's `p6`) accepts `port`, otherwise
+/// none, whatever the target (an exit connects to an address literal of
+/// either family anyway). Other flags would set the client apart from tor
+/// clients at every exit.
+pub fn begin_flags_for(dir: Option<&DirMgr>, circ: &Circuit, port: u16) -> u32 {
+    let path = circ.path();
+    let accepts = path.last().is_some_and(|exit| {
+        dir.and_then(|d| d.netdir()).is_some_and(|nd| {
+            nd.relay_by_rsa_id(&exit.rsa_id)
+                .is_some_and(|r| r.ipv6_policy.allows_port(port))
+        })
+    });
+    flags_for_exit(accepts)
+}
+
+/// [`begin_flags_for`] once the exit's IPv6 policy is known.
+pub fn flags_for_exit(ipv6_policy_accepts_port: bool) -> u32 {
+    if ipv6_policy_accepts_port {
+        begin_flags::IPV6_OK
+    } else {
+        0
+    }
+}
+
 /// Carry an open stream for the application until either side ends it,
 /// it idles out, or a controller's CLOSESTREAM names it; then report it
 /// CLOSED. `what` names it in the debug log.
@@ -261,5 +287,18 @@ async fn wait_connected(
                 return Waited::Answer(Err(StreamError::Timeout));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn begin_flags_as_tor_clients_send_them() {
+        // IPv6 only where the exit's p6 takes the port; never IPV4_NOT_OK
+        // or IPV6_PREFERRED (tor's SocksPort defaults), whatever the target.
+        assert_eq!(flags_for_exit(true), begin_flags::IPV6_OK);
+        assert_eq!(flags_for_exit(false), 0);
     }
 }

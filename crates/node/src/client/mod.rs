@@ -202,6 +202,7 @@ impl Client {
         let (dir_ready_tx, dir_ready_rx) = watch::channel(false);
         let ctx = socks::SocksContext {
             circmgr: circmgr.clone(),
+            dir: Some(dir.clone()),
             stream_timeout: cfg.stream_timeout(),
             ready: ready_rx.clone(),
             dir_ready: Some(dir_ready_rx),

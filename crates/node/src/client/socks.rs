@@ -69,6 +69,9 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct SocksContext {
     /// Circuit manager.
     pub circmgr: CircMgr,
+    /// The directory (exits' IPv6 policies for BEGIN's flags); `None`:
+    /// no IPv6 for exit streams.
+    pub dir: Option<Arc<super::dir::DirMgr>>,
     /// Stream timeout.
     pub stream_timeout: Duration,
     /// Resolves when the client has bootstrapped (a first circuit).
