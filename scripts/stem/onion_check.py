@@ -13,7 +13,8 @@ download through each fetching client's SOCKS port with SHA-256 verified
 (and, with --fetch-control, the HS_DESC REQUESTED/RECEIVED events of that
 client and its STREAM events: NEW, SENTCONNECT and SUCCEEDED on one
 rendezvous circuit, CLOSED, and that circuit's PURPOSE, HS_STATE and
-REND_QUERY in circuit-status), ADD_ONION with the returned key (same ServiceID), DiscardPK and
+REND_QUERY in circuit-status; the service's introduction and rendezvous
+circuits in its own circuit-status), ADD_ONION with the returned key (same ServiceID), DiscardPK and
 Detach, remove_ephemeral_hidden_service (gone from the lists, a second
 removal answers 552), and that new connections fail once it is removed.
 """
@@ -212,6 +213,15 @@ def main():
             downloads.append({"socks": s, "ok": ok, "attempts": attempts, "error": err})
         r["downloads"] = downloads
         r["all_downloads_ok"] = bool(downloads) and all(d["ok"] for d in downloads)
+        # The service's own circuits in circuit-status: its introduction
+        # circuits established, the rendezvous circuits of those downloads
+        # joined, both with the service's address (control-spec §4.1.1).
+        own = [l for l in c.get_info("circuit-status", "").splitlines() if "REND_QUERY=%s " % sid in l]
+        for name, want in (
+            ("service_intro_circuit_status", " PURPOSE=HS_SERVICE_INTRO HS_STATE=HSSI_ESTABLISHED REND_QUERY=%s "),
+            ("service_rend_circuit_status", " PURPOSE=HS_SERVICE_REND HS_STATE=HSSR_JOINED REND_QUERY=%s "),
+        ):
+            r[name] = any(want % sid in l for l in own)
         mine += [l for l in drain(ev) if sid in l]
         if fc is not None:
             time.sleep(1)

@@ -9,7 +9,9 @@
 //! client and a second onionmix client (the watched fetching client's
 //! STREAM events: NEW, SENTCONNECT and SUCCEEDED on the rendezvous
 //! circuit, CLOSED; that circuit's PURPOSE=HS_CLIENT_REND,
-//! HS_STATE=HSCR_JOINED and REND_QUERY in `circuit-status`); the key
+//! HS_STATE=HSCR_JOINED and REND_QUERY in `circuit-status`; the
+//! service's HS_SERVICE_INTRO and HS_SERVICE_REND circuits in its own);
+//! the key
 //! ADD_ONION returns gives
 //! the same address again, and our key derivation gives stock tor's
 //! address from stock tor's key. A `V3Auth` service is refused to a
@@ -86,6 +88,8 @@ const TRUE: &[&str] = &[
     "fetch_event_received_format",
     "fetch_stream_events",
     "fetch_rend_circuit_status",
+    "service_intro_circuit_status",
+    "service_rend_circuit_status",
     "hsdir_index_agrees",
     "removed",
     "unlisted_after_removal",

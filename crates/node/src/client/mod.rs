@@ -248,6 +248,7 @@ impl Client {
                 circmgr: circmgr.clone(),
                 ready: ready_rx.clone(),
                 hub: Some(hub.clone()),
+                rend_query: None,
             };
             services.push(crate::service::start(ctx, svc.clone()).map_err(ClientError::Setup)?);
         }
@@ -257,6 +258,7 @@ impl Client {
                 circmgr: circmgr.clone(),
                 ready: ready_rx.clone(),
                 hub: Some(hub.clone()),
+                rend_query: None,
             }),
             &services
                 .iter()

@@ -32,7 +32,8 @@ pub(super) async fn run(
             .await
             .map_err(|e| e.to_string())?;
         let kh = circ.last_hop_kh();
-        circ.set_control_purpose("HS_SERVICE_INTRO", Some("HSSI_CONNECTING"), None);
+        let query = ctx.rend_query.as_deref();
+        circ.set_control_purpose("HS_SERVICE_INTRO", Some("HSSI_CONNECTING"), query);
         let mut hs = HsCirc::attach(circ).await.map_err(|e| e.to_string())?;
         let msg = establish_intro(&keys.auth, &kh, dos).map_err(|e| e.to_string())?;
         hs.send(RelayCmd::ESTABLISH_INTRO, msg, None)

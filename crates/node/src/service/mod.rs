@@ -68,6 +68,9 @@ pub struct ServiceCtx {
     pub ready: watch::Receiver<bool>,
     /// Where `HS_DESC` events go (the control port), if anywhere.
     pub hub: Option<Arc<ControlHub>>,
+    /// The service's address without `.onion`, the REND_QUERY of its
+    /// circuits on the control port (set when the service starts).
+    pub rend_query: Option<Arc<str>>,
 }
 
 /// Counters of one service (in the client's `status.json`).
@@ -224,7 +227,7 @@ pub fn start_ephemeral(
 }
 
 fn launch(
-    ctx: ServiceCtx,
+    mut ctx: ServiceCtx,
     cfg: OnionServiceConfig,
     id: ServiceIdentity,
     auth: Option<Vec<[u8; 32]>>,
@@ -232,6 +235,7 @@ fn launch(
     let onion = id.address().map_err(|e| e.to_string())?;
     let address = onion.to_string();
     let service_id = onion.label().to_string();
+    ctx.rend_query = Some(Arc::from(service_id.as_str()));
     let stats = Arc::new(ServiceStats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let handle = ServiceHandle {

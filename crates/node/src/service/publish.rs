@@ -142,7 +142,7 @@ pub(super) async fn upload(
         &hsdir,
         &req,
         64 * 1024,
-        ("HS_SERVICE_HSDIR", None),
+        ("HS_SERVICE_HSDIR", ctx.rend_query.as_deref()),
     );
     let failure = match asked.await {
         Ok((200, _)) => None,

@@ -67,7 +67,8 @@ pub(super) async fn serve(
         let circ = build_circuit(&ctx.dir, &ctx.circmgr, Some(&rp), None, &|_| true)
             .await
             .map_err(|e| e.to_string())?;
-        circ.set_control_purpose("HS_SERVICE_REND", Some("HSSR_CONNECTING"), None);
+        let query = ctx.rend_query.as_deref();
+        circ.set_control_purpose("HS_SERVICE_REND", Some("HSSR_CONNECTING"), query);
         let hs = HsCirc::attach(circ).await.map_err(|e| e.to_string())?;
         let ntor = HsNtorService::new(&keys.enc, &keys.auth.public(), &subcred);
         let (y, auth, hkeys) = ntor

@@ -41,6 +41,7 @@ fn ctx(data: &std::path::Path) -> (ServiceCtx, tokio::sync::watch::Sender<bool>)
             circmgr,
             ready,
             hub: None,
+            rend_query: None,
         },
         tx,
     )
