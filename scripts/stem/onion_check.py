@@ -273,7 +273,8 @@ def main():
                 if l.split(" ")[0] in rend_circs
             ]
             r["fetch_rend_circuit_status"] = bool(rows) and all(
-                " PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_JOINED REND_QUERY=%s " % sid in l for l in rows
+                " BUILD_FLAGS=IS_INTERNAL,NEED_CAPACITY,NEED_UPTIME PURPOSE=HS_CLIENT_REND"
+                " HS_STATE=HSCR_JOINED REND_QUERY=%s " % sid in l for l in rows
             )
             if rows:
                 r["fetch_rend_circuit_status_example"] = re.sub(r"^\S+ \S+ \S+ ", "<id> <status> <path> ", rows[0].replace(sid, "<id>"))

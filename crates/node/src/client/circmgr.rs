@@ -481,6 +481,21 @@ impl CircMgr {
     /// background as a measurement circuit (its time is recorded, then it
     /// is closed) and the caller gets [`BuildError::Slow`] at once.
     pub async fn build_path(&self, path: Vec<HopTarget>) -> Result<Circuit, BuildError> {
+        self.build_path_as(path, false).await
+    }
+
+    /// [`Self::build_path`] for an internal circuit (onion services: its
+    /// last hop is no exit), announced with tor's IS_INTERNAL and
+    /// NEED_UPTIME build flags.
+    pub async fn build_internal_path(&self, path: Vec<HopTarget>) -> Result<Circuit, BuildError> {
+        self.build_path_as(path, true).await
+    }
+
+    async fn build_path_as(
+        &self,
+        path: Vec<HopTarget>,
+        internal: bool,
+    ) -> Result<Circuit, BuildError> {
         let hops = path.len();
         let counted = hops >= RECORDED_HOPS;
         let (timeout, close) = self.inner.cbt.timeouts(hops);
@@ -494,7 +509,7 @@ impl CircMgr {
         let (p2, o2) = (progress.clone(), outcome.clone());
         let guard = path.first().map(|g| g.rsa_id);
         tokio::spawn(async move {
-            let res = me.build_now(path, limit, &p2).await;
+            let res = me.build_now(path, limit, &p2, internal).await;
             let timed_out = {
                 let mut o = o2.lock().unwrap_or_else(|e| e.into_inner());
                 if *o == Outcome::Waiting {
@@ -558,6 +573,7 @@ impl CircMgr {
         path: Vec<HopTarget>,
         limit: Duration,
         progress: &AtomicUsize,
+        internal: bool,
     ) -> Result<Circuit, BuildError> {
         let first = path.first().ok_or(BuildError::EmptyPath)?.clone();
         let cbt = &self.inner.cbt;
@@ -571,10 +587,21 @@ impl CircMgr {
                     relay: first.nickname.clone(),
                     err: e.to_string(),
                 })?;
-            circuit::build_with_progress(chan, path, limit, Instant::now(), |n| {
-                progress.store(n, Ordering::Relaxed);
-                cbt.hop_done(Instant::now());
-            })
+            let id = chan
+                .hub
+                .as_ref()
+                .map(|h| h.circ_launched_as(&path, false, internal));
+            circuit::build_launched_with_progress(
+                chan,
+                path,
+                limit,
+                id.unwrap_or(0),
+                Instant::now(),
+                |n| {
+                    progress.store(n, Ordering::Relaxed);
+                    cbt.hop_done(Instant::now());
+                },
+            )
             .await
         };
         tokio::time::timeout(limit, fut)

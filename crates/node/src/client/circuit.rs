@@ -388,7 +388,9 @@ pub async fn build_launched(
     build_launched_with_progress(chan, path, timeout, ctl_id, Instant::now(), |_| {}).await
 }
 
-async fn build_launched_with_progress(
+/// [`build_with_progress`] for a circuit the control port already
+/// announced as `ctl_id` (0: none).
+pub async fn build_launched_with_progress(
     chan: ChannelHandle,
     path: Vec<HopTarget>,
     timeout: Duration,

@@ -281,10 +281,18 @@ impl ControlHub {
 
     /// A circuit build starts; its controller id.
     pub fn circ_launched(&self, path: &[HopTarget], controller: bool) -> u64 {
+        self.circ_launched_as(path, controller, false)
+    }
+
+    /// [`Self::circ_launched`]; `internal`: a circuit for onion services
+    /// (tor's BUILD_FLAGS IS_INTERNAL, NEED_CAPACITY, NEED_UPTIME).
+    pub fn circ_launched_as(&self, path: &[HopTarget], controller: bool, internal: bool) -> u64 {
         let id = self.next_circ.fetch_add(1, Ordering::Relaxed);
         self.counters.circ_launched.fetch_add(1, Ordering::Relaxed);
         let build_flags = if path.len() == 1 {
             vec!["ONEHOP_TUNNEL", "IS_INTERNAL", "NEED_CAPACITY"]
+        } else if internal {
+            vec!["IS_INTERNAL", "NEED_CAPACITY", "NEED_UPTIME"]
         } else {
             vec!["NEED_CAPACITY"]
         };
@@ -522,7 +530,7 @@ impl ControlHub {
     pub fn used_exits(&self) -> HashSet<[u8; 20]> {
         lock(&self.circs)
             .values()
-            .filter(|e| e.streams > 0 && matches!(e.status.purpose, "GENERAL" | "CONTROLLER"))
+            .filter(|e| e.streams > 0 && is_exit_circuit(&e.status))
             .filter_map(|e| e.relays.last().copied())
             .collect()
     }
@@ -586,7 +594,7 @@ impl ControlHub {
             let exit = self
                 .with_circ(c, |e| {
                     e.streams += 1;
-                    let general = matches!(e.status.purpose, "GENERAL" | "CONTROLLER");
+                    let general = is_exit_circuit(&e.status);
                     e.relays
                         .last()
                         .copied()
@@ -721,4 +729,10 @@ impl ControlHub {
         self.epoch.fetch_add(1, Ordering::Relaxed);
         self.emit("SIGNAL", || reply::event("SIGNAL NEWNYM"));
     }
+}
+
+/// Whether a circuit is one whose last hop is an exit (not an onion
+/// service's or another internal one).
+fn is_exit_circuit(st: &CircStatus) -> bool {
+    matches!(st.purpose, "GENERAL" | "CONTROLLER") && !st.build_flags.contains(&"IS_INTERNAL")
 }

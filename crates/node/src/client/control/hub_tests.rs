@@ -180,8 +180,8 @@ fn onion_service_purposes_and_newnym_avoidance() {
     let hub = ControlHub::new();
     let (sub, mut rx) = hub.subscribe().unwrap();
     hub.set_mask(sub, mask(&["CIRC_MINOR"]));
-    let built = |path: &[HopTarget]| {
-        let id = hub.circ_launched(path, false);
+    let built = |path: &[HopTarget], internal: bool| {
+        let id = hub.circ_launched_as(path, false, internal);
         hub.circ_extended(id, path, path.len());
         let (chan, _rx) = crate::reactor::ChannelHandle::for_tests();
         let credits = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
@@ -206,19 +206,19 @@ fn onion_service_purposes_and_newnym_avoidance() {
     };
     let avoided = || hub.newnym_avoid.lock().unwrap().clone();
     // A stream through exit r3, then NEWNYM: r3 is avoided.
-    let a = built(&[hop(1), hop(2), hop(3)]);
+    let a = built(&[hop(1), hop(2), hop(3)], false);
     stream_on(a);
     hub.newnym_apply();
     assert_eq!(avoided(), [[3u8; 20]].into_iter().collect());
 
     // A pooled circuit becomes a rendezvous circuit: CIRC_MINOR
     // PURPOSE_CHANGED once; a new HS_STATE alone is no event.
-    let b = built(&[hop(1), hop(2), hop(4)]);
+    let b = built(&[hop(1), hop(2), hop(4)], true);
     hub.circ_purpose(b, "HS_CLIENT_REND", Some("HSCR_CONNECTING"), None);
     let e = String::from_utf8(rx.try_recv().unwrap()).unwrap();
     assert!(
         e.starts_with(&format!("650 CIRC_MINOR {b} PURPOSE_CHANGED $"))
-            && e.contains(" PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_CONNECTING TIME_CREATED=")
+            && e.contains(" BUILD_FLAGS=IS_INTERNAL,NEED_CAPACITY,NEED_UPTIME PURPOSE=HS_CLIENT_REND HS_STATE=HSCR_CONNECTING TIME_CREATED=")
             && e.ends_with(" OLD_PURPOSE=GENERAL\r\n"),
         "{e}"
     );
@@ -242,7 +242,11 @@ fn onion_service_purposes_and_newnym_avoidance() {
     assert_eq!(avoided(), [[3u8; 20]].into_iter().collect());
     assert!(!hub.used_exits().contains(&[4u8; 20]));
     // The first stream through another exit ends it.
-    let c = built(&[hop(1), hop(2), hop(5)]);
+    // A pre-built internal circuit still GENERAL is no exit circuit either.
+    let d = built(&[hop(1), hop(2), hop(6)], true);
+    stream_on(d);
+    assert_eq!(avoided(), [[3u8; 20]].into_iter().collect());
+    let c = built(&[hop(1), hop(2), hop(5)], false);
     stream_on(c);
     assert!(avoided().is_empty());
     assert_eq!(

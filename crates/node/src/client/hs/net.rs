@@ -354,7 +354,7 @@ async fn build_fresh(
             err: format!("no path: {e}"),
         })?;
         let n = path.len();
-        match circmgr.build_path(path).await {
+        match circmgr.build_internal_path(path).await {
             Ok(c) => return Ok(c),
             Err(e) => {
                 let at_target =
