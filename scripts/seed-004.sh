@@ -19,7 +19,7 @@
 #          fetch 320 KiB, then both 5 MiB. RUNS234 rounds (the seed: 25,
 #          so 50 samples per series), every delay and loss
 #   s5     seed 004's scenario 5: 8 relays, 16 clients fetching 320 KiB at
-#          once on random paths, RUNS5 rounds
+#          once on random paths, RUNS5 rounds, every delay and loss
 #   stalls the stall table (a stall: 2 s or more without a received byte,
 #          `max_gap_ms`) of everything under $OUT
 #
@@ -121,13 +121,15 @@ for p in "${parts[@]}"; do
       done
       ;;
     s5)
+      printf 'workload = "bulk"\nsizes = [327680]\nfresh_circuit = true\ntimeout_secs = 120\n' >"$OUT/specs/s5.toml"
       for d in $DELAYS; do
-        tag="${d}ms-s5"
-        printf 'workload = "bulk"\nsizes = [327680]\nfresh_circuit = true\ntimeout_secs = 120\n' >"$OUT/specs/s5.toml"
-        rm -rf "${OUT:?}/s5-$tag"
-        # shellcheck disable=SC2046
-        "$BIN" compare $(series "$tag" "$d" 0 6 16) \
-          --workload "$OUT/specs/s5.toml" --runs "$RUNS5" --client all --concurrent --out "$OUT/s5-$tag"
+        for l in $LOSSES; do
+          tag="${d}ms-loss${l}"
+          rm -rf "${OUT:?}/s5-$tag"
+          # shellcheck disable=SC2046
+          "$BIN" compare $(series "s5-$tag" "$d" "$l" 6 16) \
+            --workload "$OUT/specs/s5.toml" --runs "$RUNS5" --client all --concurrent --out "$OUT/s5-$tag"
+        done
       done
       ;;
     stalls)
