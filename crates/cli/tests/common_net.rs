@@ -304,13 +304,13 @@ pub fn status_sum(nodes: &[&NodeInfo], ptr: &str) -> u64 {
 /// Wait (polling; nodes rewrite `status.json` about every second) until
 /// the counter `ptr` summed over `nodes` reaches `at_least`; its value.
 pub fn wait_for_status(nodes: &[&NodeInfo], ptr: &str, at_least: u64, limit: Duration) -> u64 {
-    wait_for(
+    onionmix_testsupport::wait_for_seen(
         &format!("{ptr} >= {at_least}"),
         limit,
         Duration::from_millis(200),
         || {
             let v = status_sum(nodes, ptr);
-            (v >= at_least).then_some(v)
+            if v >= at_least { Ok(v) } else { Err(v) }
         },
     )
 }

@@ -180,15 +180,37 @@ fn our_client_over(exits: &str) {
         1,
         Duration::from_secs(120),
     );
-    wait_for_status(
-        &client,
-        "/circuits/conflux/sets_clean",
-        1,
+    // A clean set, in a status.json written after the launcher's own
+    // round trips were done: an older snapshot can list as clean a set
+    // that one of them took since (it prefers sets too), and the download
+    // would then run on a plain circuit.
+    let ready = std::time::SystemTime::now();
+    onionmix_testsupport::wait_for_seen(
+        "a clean conflux set in a status.json written after the network was ready",
         Duration::from_secs(120),
+        Duration::from_millis(200),
+        || {
+            let written = std::fs::metadata(om.data_dir.join("status.json"))
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > ready);
+            let clean = status_sum(&client, "/circuits/conflux/sets_clean");
+            if written && clean >= 1 {
+                Ok(())
+            } else {
+                Err((written, clean))
+            }
+        },
     );
     eprintln!("our client linked {sets} conflux set(s) to {exits} exits");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(download_20m(proxy, sink.http, Some(("conflux", "1"))));
+    eprintln!(
+        "our client's conflux counters after the download: {}",
+        common_net::node_status(om)
+            .pointer("/circuits/conflux")
+            .cloned()
+            .unwrap_or_default()
+    );
     // 20 MiB is over 42000 DATA cells, all through the set's sequence;
     // the exit moved to the other leg when one leg's window was full.
     wait_for_status(

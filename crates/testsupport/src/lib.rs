@@ -198,15 +198,40 @@ pub fn wait_for<T>(
     every: Duration,
     mut f: impl FnMut() -> Option<T>,
 ) -> T {
+    poll(what, timeout, every, || f().ok_or(None))
+}
+
+/// As [`wait_for`], but `f` says what it saw when it is not done yet
+/// (`Err`), and the panic after `timeout` quotes the last of it: a test
+/// that times out then shows how far it got.
+pub fn wait_for_seen<T, S: std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, S>,
+) -> T {
+    poll(what, timeout, every, || {
+        f().map_err(|s| Some(format!("{s:?}")))
+    })
+}
+
+fn poll<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, Option<String>>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(v) = f() {
-            return v;
+        match f() {
+            Ok(v) => return v,
+            Err(seen) => assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?}: {what}{}",
+                seen.map(|s| format!(" (last seen: {s})"))
+                    .unwrap_or_default()
+            ),
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?}: {what}"
-        );
         std::thread::sleep(every);
     }
 }
