@@ -361,19 +361,21 @@ impl HsClient {
         key: &IsolationKey,
         early: &[u8],
     ) -> Result<Stream, OnionConnectError> {
-        self.connect_reporting(addr, port, key, early, &mut |_| {})
+        self.connect_reporting(addr, port, key, early, &mut |_, _| {})
             .await
     }
 
     /// [`Self::connect`], calling `on_begin` with the rendezvous circuit
-    /// each time a BEGIN is sent on one (the control port's SENTCONNECT).
+    /// each time a BEGIN is sent on one (the control port's SENTCONNECT),
+    /// and with the end reason of the attempt before when this BEGIN is a
+    /// retry on a new circuit (the control port's DETACHED).
     pub async fn connect_reporting(
         &self,
         addr: &OnionAddress,
         port: u16,
         key: &IsolationKey,
         early: &[u8],
-        on_begin: &mut (dyn FnMut(&Arc<Circuit>) + Send),
+        on_begin: &mut (dyn FnMut(&Arc<Circuit>, Option<u8>) + Send),
     ) -> Result<Stream, OnionConnectError> {
         let res = self.connect_inner(addr, port, key, early, on_begin).await;
         let st = &self.inner.stats;
@@ -391,7 +393,7 @@ impl HsClient {
         port: u16,
         key: &IsolationKey,
         early: &[u8],
-        on_begin: &mut (dyn FnMut(&Arc<Circuit>) + Send),
+        on_begin: &mut (dyn FnMut(&Arc<Circuit>, Option<u8>) + Send),
     ) -> Result<Stream, OnionConnectError> {
         let rk: RendKey = (*addr.key(), key.clone());
         let gate = {
@@ -407,9 +409,10 @@ impl HsClient {
             .map_err(|_| HsClientError::IntroTimedOut)?;
         // A joined circuit to this service for this isolation key?
         let existing = lock(&self.inner.joined).get(&rk).cloned();
+        let mut retry_after = None;
         if let Some(c) = existing {
             if c.is_usable(self.inner.cfg.max_dirtiness) {
-                on_begin(&c);
+                on_begin(&c, None);
                 match self.begin(&c, port, early).await {
                     Ok(s) => {
                         HsStats::bump(&self.inner.stats.rend_reused);
@@ -417,7 +420,10 @@ impl HsClient {
                     }
                     // The service answered: its answer stands.
                     Err(e @ StreamError::End(_)) => return Err(e.into()),
-                    Err(e) => debug!("rendezvous circuit failed a stream ({e}); making a new one"),
+                    Err(e) => {
+                        debug!("rendezvous circuit failed a stream ({e}); making a new one");
+                        retry_after = Some(e.end_reason());
+                    }
                 }
             }
             lock(&self.inner.joined).remove(&rk);
@@ -435,7 +441,7 @@ impl HsClient {
                 j.insert(rk, circ.clone());
             }
         }
-        on_begin(&circ);
+        on_begin(&circ, retry_after);
         Ok(self.begin(&circ, port, early).await?)
     }
 

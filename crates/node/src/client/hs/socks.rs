@@ -69,7 +69,12 @@ pub async fn connect(
         return Err("not an onion address".into());
     };
     let res = hs
-        .connect_reporting(&addr, req.port, &key, early, &mut |c| tr.sent(c))
+        .connect_reporting(&addr, req.port, &key, early, &mut |c, retry_after| {
+            if let Some(reason) = retry_after {
+                tr.detached(reason);
+            }
+            tr.sent(c)
+        })
         .await;
     match res {
         Ok(stream) => {
