@@ -251,6 +251,17 @@ fn refill(a: &Addr, now: Instant, c: &AdmissionConfig) -> f64 {
     (a.tokens + dt * c.rate_per_addr).min(c.burst_per_addr)
 }
 
+impl Permit {
+    /// For a connection from an unknown address: the address (IPv6 by
+    /// /64) and how many connections it has open now, this one included.
+    /// None for a known peer's.
+    pub fn unknown_addr(&self) -> Option<(IpAddr, usize)> {
+        let key = self.key?;
+        let g = self.adm.st.lock().unwrap_or_else(|e| e.into_inner());
+        Some((key, g.0.addrs.get(&key).map_or(1, |a| a.open)))
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         self.adm.release(self.key);

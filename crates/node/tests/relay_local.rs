@@ -380,3 +380,66 @@ async fn idle_client_channels_are_closed_by_the_relay() {
     let ord = std::sync::atomic::Ordering::Relaxed;
     assert_eq!(ctx.stats.channels.load(ord), 0);
 }
+
+/// The circuit-creation DoS defence (dos-spec, on here by configuration,
+/// with a small burst set as a consensus would): a client address holding
+/// three connections that empties its CREATE bucket is marked, and then
+/// its CREATEs are refused (RESOURCELIMIT) on every connection, not only
+/// the one that flooded; the relay's counters say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuit_creation_dos_marks_a_flooding_address() {
+    use onionmix_proto::dos_cc::DosCcParams;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = RelayConfig::parse(&format!(
+        "data_dir = {:?}\nnickname = \"dosguard\"\nor_listen = \"127.0.0.1:0\"\n\
+         testing_network = true\nmax_circuits_per_channel = 1000\ncreate_rate_per_channel = 1000\n\
+         dos_circuit_creation = true\n",
+        tmp.path().join("dosguard").display().to_string()
+    ))
+    .unwrap();
+    let keys = relay::load_or_generate_keys(&cfg.data_dir).unwrap();
+    let ctx = relay::make_ctx(cfg, keys, None).unwrap();
+    // What a consensus would set (the live network: rate 2, burst 60).
+    ctx.set_dos_cc_params(DosCcParams {
+        rate: 1,
+        burst: 10,
+        min_connections: 3,
+        ..DosCcParams::default()
+    });
+    assert!(ctx.dos_cc_params().enabled, "the configuration turns it on");
+    let addr = relay::start(ctx.clone()).await.unwrap();
+    let hop = HopTarget::local_relay(&ctx, addr);
+    // Three connections from one address (each manager opens its own).
+    let mut chans = Vec::new();
+    for _ in 0..3 {
+        let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+        chans.push((mgr.get(&hop).await.unwrap(), mgr));
+    }
+    let build = |chan| circuit::build(chan, vec![hop.clone()], Duration::from_secs(60));
+    let refused = |r: &Result<circuit::Circuit, circuit::BuildError>| matches!(r, Err(circuit::BuildError::Hop { err, .. }) if err.contains("RESOURCELIMIT"));
+    let mut held = Vec::new();
+    let mut first_refusal = None;
+    for i in 0..60 {
+        let r = build(chans[0].0.clone()).await;
+        if refused(&r) {
+            first_refusal = Some(i);
+            break;
+        }
+        held.push(r.expect("a circuit before the bucket is empty"));
+    }
+    // 10 tokens, one more per second: refused after at least 9 circuits.
+    let n = first_refusal.expect("the flood was never refused");
+    assert!(n >= 9, "refused after only {n} circuits");
+    let (stats, tracked) = ctx.dos_cc_stats();
+    assert_eq!((stats.marked, tracked), (1, 1));
+    // Marked: the other connections are refused too.
+    for (chan, _) in &chans[1..] {
+        assert!(refused(&build(chan.clone()).await));
+    }
+    let dos_refused = ctx
+        .stats
+        .creates_refused_dos
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(dos_refused, 3);
+    drop(held);
+}

@@ -9,6 +9,7 @@ pub mod cc;
 pub mod channel;
 pub mod client_circ;
 pub mod conflux;
+pub mod dos_cc;
 pub mod exitpolicy;
 pub mod flow;
 pub mod halfclosed;

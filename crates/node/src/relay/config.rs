@@ -90,6 +90,12 @@ pub struct RelayConfig {
     /// The same for channels to and from relays (tor: about an hour).
     #[serde(default = "default_idle_relay")]
     pub idle_relay_channel_secs: u64,
+    /// The circuit-creation DoS defence (tor's `DoSCircuitCreationEnabled`):
+    /// unset follows the consensus (`DoSCircuitCreationEnabled`, off when
+    /// absent), true or false overrides it. Its other values always come
+    /// from the consensus.
+    #[serde(default)]
+    pub dos_circuit_creation: Option<bool>,
     /// Connections open at once from one address that is not a known relay
     /// or authority (tor's DoSConnectionMaxConcurrentCount).
     #[serde(default = "default_conns_per_addr")]

@@ -35,6 +35,7 @@ use onionmix_crypto::x509::TlsIdentity;
 use onionmix_link::{QuicServerIdentity, TlsTransport};
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
+use onionmix_proto::dos_cc::{CircuitCreationDos, DosCcParams, DosCcStats, Verdict};
 use onionmix_proto::exitpolicy::ExitPolicy;
 use onionmix_proto::queue_limits::QueueLimits;
 
@@ -50,6 +51,8 @@ use reactor::RelayChanHandle;
 pub const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Relay addresses remembered as known peers at most.
 pub const MAX_KNOWN_ADDRS: usize = 16_384;
+/// Client addresses the circuit-creation DoS defence tracks at once.
+pub const DOS_CC_MAX_ADDRS: usize = 65_536;
 /// Lifetime of our TLS link certificate.
 pub const TLS_CERT_LIFETIME: u64 = 7 * 24 * 3600;
 
@@ -64,6 +67,9 @@ pub struct RelayStats {
     pub circuits_created: AtomicU64,
     /// CREATE2 cells refused by DoS limits.
     pub creates_refused: AtomicU64,
+    /// Of those, refused because the client's address is marked by the
+    /// circuit-creation DoS defence.
+    pub creates_refused_dos: AtomicU64,
     /// Relay cells forwarded.
     pub cells_forwarded: AtomicU64,
     /// Circuits closed for queueing more cells on a channel than the
@@ -169,6 +175,10 @@ pub struct RelayCtx {
     /// away from it (consensus parameters; see [`QueueLimits`]).
     max_queue_toward_client: AtomicU32,
     max_queue_away_from_client: AtomicU32,
+    /// The circuit-creation DoS defence's consensus parameters.
+    dos_params: RwLock<DosCcParams>,
+    /// Its per-client-address state.
+    dos_cc: Mutex<CircuitCreationDos>,
 }
 
 impl RelayCtx {
@@ -204,6 +214,54 @@ impl RelayCtx {
             .store(l.toward_client, Ordering::Relaxed);
         self.max_queue_away_from_client
             .store(l.away_from_client, Ordering::Relaxed);
+    }
+    /// The circuit-creation DoS defence's parameters: the consensus's,
+    /// with `dos_circuit_creation` from the configuration overriding
+    /// whether it is on.
+    pub fn dos_cc_params(&self) -> DosCcParams {
+        let mut p = *self.dos_params.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(on) = self.cfg.dos_circuit_creation {
+            p.enabled = on;
+        }
+        p
+    }
+    /// Replace the DoS defence's consensus parameters (a new consensus).
+    pub fn set_dos_cc_params(&self, p: DosCcParams) {
+        *self.dos_params.write().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+    /// The circuit-creation DoS defence's verdict on a CREATE cell from a
+    /// client at `addr` that has `connections` connections open.
+    pub fn dos_on_create(&self, addr: std::net::IpAddr, connections: usize) -> Verdict {
+        let p = self.dos_cc_params();
+        if !p.enabled {
+            return Verdict::Allow;
+        }
+        let jitter = rand::random::<f64>();
+        let mut t = self.dos_cc.lock().unwrap_or_else(|e| e.into_inner());
+        let before = t.stats().marked;
+        let v = t.on_create(&p, addr, connections, std::time::Instant::now(), jitter);
+        if t.stats().marked > before {
+            // The address is not logged (a client's).
+            info!("marked a client address for circuit-creation DoS");
+        }
+        v
+    }
+    /// A circuit of a client at `addr` was closed for its outbound queue.
+    pub fn dos_on_max_outq(&self, addr: std::net::IpAddr) {
+        let p = self.dos_cc_params();
+        if !p.enabled {
+            return;
+        }
+        let jitter = rand::random::<f64>();
+        self.dos_cc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_max_outq(&p, addr, std::time::Instant::now(), jitter);
+    }
+    /// The DoS defence's counters and tracked addresses.
+    pub fn dos_cc_stats(&self) -> (DosCcStats, usize) {
+        let t = self.dos_cc.lock().unwrap_or_else(|e| e.into_inner());
+        (t.stats(), t.len())
     }
     /// The current conflux consensus parameters.
     pub fn cfx_params(&self) -> ConfluxParams {
@@ -368,6 +426,8 @@ pub fn make_ctx(
         conflux: conflux::ConfluxPool::new(ooo_budget),
         max_queue_toward_client: AtomicU32::new(QueueLimits::default().toward_client),
         max_queue_away_from_client: AtomicU32::new(QueueLimits::default().away_from_client),
+        dos_params: RwLock::default(),
+        dos_cc: Mutex::new(CircuitCreationDos::new(DOS_CC_MAX_ADDRS)),
     }))
 }
 

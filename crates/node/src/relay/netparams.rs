@@ -27,6 +27,7 @@ use onionmix_netdoc::{
 };
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
+use onionmix_proto::dos_cc::DosCcParams;
 use onionmix_proto::queue_limits::QueueLimits;
 
 use super::RelayCtx;
@@ -157,6 +158,7 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                 let cc = CcParams::from_consensus(consensus.params());
                 ctx.set_cfx_params(ConfluxParams::from_consensus(consensus.params()));
                 ctx.set_queue_limits(QueueLimits::from_consensus(consensus.params()));
+                ctx.set_dos_cc_params(DosCcParams::from_consensus(consensus.params()));
                 let complete = if quic {
                     let complete = update_quic_directory(&ctx, &auths, &mut nd, consensus).await;
                     if let Some(d) = &nd {

@@ -19,6 +19,7 @@ pub const STATS_FILE: &str = "stats.json";
 pub fn stats_json(ctx: &RelayCtx) -> serde_json::Value {
     let s = &ctx.stats;
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (dos, dos_addrs) = ctx.dos_cc_stats();
     serde_json::json!({
         "nickname": ctx.cfg.nickname,
         "fingerprint": hex::encode_upper(ctx.rsa_id),
@@ -37,6 +38,14 @@ pub fn stats_json(ctx: &RelayCtx) -> serde_json::Value {
             "exit_bytes_up": l(&s.exit_bytes_up),
         },
         "hs": ctx.hs.to_json(),
+        "dos": {
+            "circuit_creation_enabled": ctx.dos_cc_params().enabled,
+            "addrs_tracked": dos_addrs,
+            "addrs_marked": dos.marked,
+            "addrs_marked_by_outq": dos.marked_by_outq,
+            "creates_refused": dos.refused,
+            "addrs_untracked": dos.untracked,
+        },
     })
 }
 

@@ -14,8 +14,18 @@ impl Reactor {
         self.create_tokens = (self.create_tokens + dt * rate).min((rate * 2.0).max(1.0));
     }
 
-    /// DoS limits for a new circuit: per-channel count, creation rate,
-    /// global count. False (and DESTROY sent) when over a limit.
+    /// A client channel's address (IPv6 by /64) and how many connections
+    /// it has open; None for relays and known addresses.
+    pub(super) fn client_addr(&self) -> Option<(std::net::IpAddr, usize)> {
+        if self.me.peer.is_some() {
+            return None;
+        }
+        self._permit.as_ref()?.unknown_addr()
+    }
+
+    /// DoS limits for a new circuit: the client address's DoS marking,
+    /// per-channel count, creation rate, global count. False (and DESTROY
+    /// sent) when over a limit.
     pub(super) fn admit_circuit(&mut self, id: u32) -> bool {
         // The peer's IDs have the high bit of its side of the link
         // (tor-spec 5.1.1: set by the initiator, clear for the responder);
@@ -27,6 +37,18 @@ impl Reactor {
             || self.nexts.contains_key(&id)
         {
             self.send_destroy(id, destroy_reason::PROTOCOL);
+            return false;
+        }
+        // Circuit-creation DoS defence (dos-spec): clients only, by the
+        // address they connect from.
+        if self.me.peer.is_none()
+            && let Some((addr, conns)) = self.client_addr()
+            && self.ctx.dos_on_create(addr, conns) == onionmix_proto::dos_cc::Verdict::Refuse
+        {
+            let s = &self.ctx.stats;
+            s.creates_refused.fetch_add(1, Ordering::Relaxed);
+            s.creates_refused_dos.fetch_add(1, Ordering::Relaxed);
+            self.send_destroy(id, destroy_reason::RESOURCELIMIT);
             return false;
         }
         self.refill_tokens();

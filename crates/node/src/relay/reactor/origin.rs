@@ -45,6 +45,10 @@ impl Reactor {
                     let queued = o.outq.push(&n.writer, n.circ_id, buf.len());
                     let limit = self.ctx.queue_limits().away_from_client;
                     if forwarded(&self.ctx, queued, limit, "its next hop") {
+                        // tor counts this against the client's address.
+                        if let Some((addr, _)) = self.client_addr() {
+                            self.ctx.dos_on_max_outq(addr);
+                        }
                         self.drop_origin(id, true);
                         return;
                     }
