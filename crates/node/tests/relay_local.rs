@@ -443,3 +443,71 @@ async fn circuit_creation_dos_marks_a_flooding_address() {
     assert_eq!(dos_refused, 3);
     drop(held);
 }
+
+/// The stream-creation DoS defence at an exit (tor 0.4.8's
+/// `DoSStreamCreation*`, set here as a consensus would): a circuit that
+/// opens streams faster than its bucket allows gets END RESOURCELIMIT
+/// (defence type 2) while the circuit goes on, or loses the circuit
+/// (type 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_creation_dos_refuses_streams_or_closes_the_circuit() {
+    use onionmix_proto::dos_stream::{DosStreamParams, StreamDefense};
+    let tmp = tempfile::tempdir().unwrap();
+    let (_g, guard) = start_relay(tmp.path(), "guard", false).await;
+    let (exit_ctx, exit) = start_relay(tmp.path(), "exit", true).await;
+    let target = start_target().await;
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let params = |defense| DosStreamParams {
+        enabled: true,
+        rate: 1,
+        burst: 3,
+        defense,
+    };
+    let ord = std::sync::atomic::Ordering::Relaxed;
+    for defense in [StreamDefense::RefuseStream, StreamDefense::CloseCircuit] {
+        exit_ctx.set_dos_stream_params(params(defense));
+        let circ = circuit::build(
+            mgr.get(&guard).await.unwrap(),
+            vec![guard.clone(), exit.clone()],
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        let mut opened = Vec::new();
+        let mut err = None;
+        // 3 at once, one more per second: refused within 20 tries unless
+        // every open took over a second.
+        for _ in 0..20 {
+            match try_open(&circ, target).await {
+                Ok((s, _)) => opened.push(s),
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        assert!(
+            opened.len() >= 3,
+            "{defense:?}: refused after {}",
+            opened.len()
+        );
+        let err = err.expect("never refused");
+        match defense {
+            StreamDefense::RefuseStream => {
+                assert_eq!(err, StreamError::End(end_reason::RESOURCELIMIT));
+                assert!(!circ.is_closed(), "the circuit goes on");
+            }
+            _ => {
+                assert_ne!(err, StreamError::End(end_reason::RESOURCELIMIT));
+                onionmix_testsupport::wait_for(
+                    "the exit to close the circuit",
+                    Duration::from_secs(20),
+                    Duration::from_millis(50),
+                    || circ.is_closed().then_some(()),
+                );
+            }
+        }
+        drop(opened);
+    }
+    assert_eq!(exit_ctx.stats.streams_refused_dos.load(ord), 2);
+}

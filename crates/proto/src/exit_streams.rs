@@ -27,6 +27,8 @@ struct ExitStream {
 pub struct ExitStreams {
     streams: HashMap<u16, ExitStream>,
     cc: Option<Arc<CcParams>>,
+    /// New streams and resolves, for the stream-creation DoS defence.
+    pub dos: crate::dos_stream::StreamBucket,
 }
 
 impl ExitStreams {
@@ -36,6 +38,7 @@ impl ExitStreams {
         ExitStreams {
             streams: HashMap::new(),
             cc,
+            dos: Default::default(),
         }
     }
 

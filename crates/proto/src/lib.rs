@@ -10,6 +10,7 @@ pub mod channel;
 pub mod client_circ;
 pub mod conflux;
 pub mod dos_cc;
+pub mod dos_stream;
 pub mod exitpolicy;
 pub mod flow;
 pub mod halfclosed;

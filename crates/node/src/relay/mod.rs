@@ -36,6 +36,7 @@ use onionmix_link::{QuicServerIdentity, TlsTransport};
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
 use onionmix_proto::dos_cc::{CircuitCreationDos, DosCcParams, DosCcStats, Verdict};
+use onionmix_proto::dos_stream::DosStreamParams;
 use onionmix_proto::exitpolicy::ExitPolicy;
 use onionmix_proto::queue_limits::QueueLimits;
 
@@ -70,6 +71,9 @@ pub struct RelayStats {
     /// Of those, refused because the client's address is marked by the
     /// circuit-creation DoS defence.
     pub creates_refused_dos: AtomicU64,
+    /// Exit streams and resolves refused (or circuits closed) by the
+    /// stream-creation DoS defence.
+    pub streams_refused_dos: AtomicU64,
     /// Relay cells forwarded.
     pub cells_forwarded: AtomicU64,
     /// Circuits closed for queueing more cells on a channel than the
@@ -179,6 +183,8 @@ pub struct RelayCtx {
     dos_params: RwLock<DosCcParams>,
     /// Its per-client-address state.
     dos_cc: Mutex<CircuitCreationDos>,
+    /// The stream-creation DoS defence's consensus parameters.
+    dos_stream: RwLock<DosStreamParams>,
 }
 
 impl RelayCtx {
@@ -214,6 +220,14 @@ impl RelayCtx {
             .store(l.toward_client, Ordering::Relaxed);
         self.max_queue_away_from_client
             .store(l.away_from_client, Ordering::Relaxed);
+    }
+    /// The stream-creation DoS defence's consensus parameters.
+    pub fn dos_stream_params(&self) -> DosStreamParams {
+        *self.dos_stream.read().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Replace them (a new consensus; tests).
+    pub fn set_dos_stream_params(&self, p: DosStreamParams) {
+        *self.dos_stream.write().unwrap_or_else(|e| e.into_inner()) = p;
     }
     /// The circuit-creation DoS defence's parameters: the consensus's,
     /// with `dos_circuit_creation` from the configuration overriding
@@ -428,6 +442,7 @@ pub fn make_ctx(
         max_queue_away_from_client: AtomicU32::new(QueueLimits::default().away_from_client),
         dos_params: RwLock::default(),
         dos_cc: Mutex::new(CircuitCreationDos::new(DOS_CC_MAX_ADDRS)),
+        dos_stream: RwLock::default(),
     }))
 }
 

@@ -28,6 +28,7 @@ use onionmix_netdoc::{
 use onionmix_proto::cc::CcParams;
 use onionmix_proto::conflux::ConfluxParams;
 use onionmix_proto::dos_cc::DosCcParams;
+use onionmix_proto::dos_stream::DosStreamParams;
 use onionmix_proto::queue_limits::QueueLimits;
 
 use super::RelayCtx;
@@ -159,6 +160,7 @@ pub async fn netparams_loop(ctx: Arc<RelayCtx>) {
                 ctx.set_cfx_params(ConfluxParams::from_consensus(consensus.params()));
                 ctx.set_queue_limits(QueueLimits::from_consensus(consensus.params()));
                 ctx.set_dos_cc_params(DosCcParams::from_consensus(consensus.params()));
+                ctx.set_dos_stream_params(DosStreamParams::from_consensus(consensus.params()));
                 let complete = if quic {
                     let complete = update_quic_directory(&ctx, &auths, &mut nd, consensus).await;
                     if let Some(d) = &nd {

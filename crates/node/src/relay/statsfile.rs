@@ -45,6 +45,8 @@ pub fn stats_json(ctx: &RelayCtx) -> serde_json::Value {
             "addrs_marked_by_outq": dos.marked_by_outq,
             "creates_refused": dos.refused,
             "addrs_untracked": dos.untracked,
+            "stream_creation_enabled": ctx.dos_stream_params().enabled,
+            "streams_refused": l(&s.streams_refused_dos),
         },
     })
 }

@@ -251,7 +251,10 @@ impl Reactor {
                 inner: &mut g,
                 ctx: &ctx,
             };
-            stream_action(&ctx, &mut host, action, q.from_client);
+            if stream_action(&ctx, &mut host, action, q.from_client) {
+                g.teardown(destroy_reason::RESOURCELIMIT);
+                return;
+            }
             if g.closed {
                 return;
             }

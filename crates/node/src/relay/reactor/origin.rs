@@ -87,7 +87,10 @@ impl Reactor {
                     out: &mut self.out,
                     id,
                 };
-                streams::stream_action(&ctx, &mut host, a, from_client);
+                if streams::stream_action(&ctx, &mut host, a, from_client) {
+                    self.drop_origin(id, true);
+                    return;
+                }
             }
             Inbound::Sendme { stream: 0, msg } => {
                 let chan = chan_signal(&self.me.writer, id, &o.params);

@@ -5,6 +5,7 @@
 use super::*;
 use crate::relay::RelayCtx;
 use crate::relay::exit::StreamPath;
+use onionmix_proto::dos_stream::StreamVerdict;
 use onionmix_proto::relay_circ::ExitStreams;
 
 /// What holds a group of exit streams and carries their messages back.
@@ -130,16 +131,56 @@ fn exit_stream_unless_one_hop(
     }
 }
 
+/// The stream-creation DoS defence's verdict on a new stream or resolve
+/// `stream` of `host`: true to go on. A refused stream is answered END
+/// RESOURCELIMIT here; `close` is set when the circuit must close.
+fn admit_stream(ctx: &RelayCtx, host: &mut dyn StreamHost, stream: u16, close: &mut bool) -> bool {
+    let p = ctx.dos_stream_params();
+    match host.flow().dos.on_new_stream(&p, Instant::now()) {
+        StreamVerdict::Allow => true,
+        StreamVerdict::Refuse => {
+            ctx.stats
+                .streams_refused_dos
+                .fetch_add(1, Ordering::Relaxed);
+            host.flow().stream_closed(stream);
+            host.send(RelayCmd::END, stream, &[end_reason::RESOURCELIMIT]);
+            false
+        }
+        StreamVerdict::CloseCircuit => {
+            ctx.stats
+                .streams_refused_dos
+                .fetch_add(1, Ordering::Relaxed);
+            debug!("closing a circuit that opens streams too fast");
+            *close = true;
+            false
+        }
+    }
+}
+
 /// Act on a stream message for `host`; `from_client`: the circuit it came
 /// on has a client (an unauthenticated connection) as previous hop.
-/// Anything that is not a stream message is ignored here.
+/// Anything that is not a stream message is ignored here. True when the
+/// circuit (or set) must be closed (the stream-creation DoS defence).
+#[must_use]
 pub(crate) fn stream_action(
     ctx: &Arc<RelayCtx>,
     host: &mut dyn StreamHost,
     action: Inbound<'_>,
     from_client: bool,
-) {
+) -> bool {
     let anonymous = !from_client || ctx.cfg.allow_single_hop_exits;
+    let mut close = false;
+    let new_stream = match &action {
+        Inbound::Begin { stream, .. }
+        | Inbound::ConnectUdp { stream, .. }
+        | Inbound::Resolve { stream, .. } => Some(*stream),
+        _ => None,
+    };
+    if let Some(stream) = new_stream
+        && !admit_stream(ctx, host, stream, &mut close)
+    {
+        return close;
+    }
     match action {
         Inbound::Begin { stream, begin } => {
             exit_stream_unless_one_hop(ctx, host, stream, exit::Request::Connect(begin), anonymous);
@@ -166,7 +207,7 @@ pub(crate) fn stream_action(
             let len = data.len();
             let data = Bytes::copy_from_slice(data);
             let queued = match host.txs().get_mut(&stream) {
-                None => return,
+                None => return false,
                 Some(s) => match s.data.try_send(data) {
                     Ok(()) => {
                         s.buffered = s.buffered.saturating_add(len);
@@ -213,6 +254,7 @@ pub(crate) fn stream_action(
         }
         _ => {}
     }
+    false
 }
 
 /// A circuit's own streams (not a conflux leg's).
