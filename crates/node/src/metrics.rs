@@ -185,6 +185,19 @@ pub fn relay_text(r: &RelayCtx) -> String {
             ("outcome=\"refused\"", l(&s.creates_refused)),
         ],
     );
+    let (dos, _) = r.dos_cc_stats();
+    metric(
+        &mut o,
+        "onionmix_relay_dos_total",
+        "counter",
+        "DoS defences: client addresses marked (circuit creation, outbound queues), CREATE cells and exit streams refused.",
+        &[
+            ("type=\"addrs_marked\"", dos.marked),
+            ("type=\"addrs_marked_outq\"", dos.marked_by_outq),
+            ("type=\"creates_refused\"", l(&s.creates_refused_dos)),
+            ("type=\"streams_refused\"", l(&s.streams_refused_dos)),
+        ],
+    );
     metric(
         &mut o,
         "onionmix_relay_cells_forwarded_total",

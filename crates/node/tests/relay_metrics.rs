@@ -50,6 +50,10 @@ async fn relay_serves_metrics() {
         "{r}"
     );
     assert!(
+        r.contains("onionmix_relay_dos_total{type=\"creates_refused\"} 0\n"),
+        "{r}"
+    );
+    assert!(
         get(addr, "POST /metrics HTTP/1.0\r\n\r\n")
             .await
             .starts_with("HTTP/1.0 405 ")
