@@ -512,8 +512,9 @@ impl HsClient {
                     // point is made ready alongside.
                     if rend.ready.is_none() && rend.early.is_none() {
                         let me = self.clone();
+                        let label = addr.label();
                         rend.early = Some(EarlyRend(tokio::spawn(async move {
-                            me.establish_rend(None).await
+                            me.establish_rend(None, &label).await
                         })));
                     }
                     HsStats::bump(&self.inner.stats.desc_fetches);

@@ -72,9 +72,13 @@ impl HsClient {
     /// A rendezvous circuit with its point ready. `intro`: the
     /// introduction point the circuit taken alongside goes to; a pooled
     /// circuit that could reach it is left for that one when another fits.
+    /// `label`: the service's address without `.onion`, the circuit's
+    /// REND_QUERY on the control port from the start (as tor's, launched
+    /// for one service).
     pub(super) async fn establish_rend(
         &self,
         intro: Option<&HopTarget>,
+        label: &str,
     ) -> Result<ReadyRend, HsCircError> {
         let circ = build_circuit(
             &self.inner.dir,
@@ -89,7 +93,7 @@ impl HsClient {
             HsCircError::Closed
         })?;
         let point = circ.path().last().cloned().ok_or(HsCircError::Closed)?;
-        circ.set_control_purpose("HS_CLIENT_REND", Some("HSCR_CONNECTING"), None);
+        circ.set_control_purpose("HS_CLIENT_REND", Some("HSCR_CONNECTING"), Some(label));
         let mut hs = HsCirc::attach(circ).await?;
         let cookie: [u8; 20] = rand::random();
         hs.send(RelayCmd::ESTABLISH_RENDEZVOUS, cookie.to_vec(), None)
@@ -126,7 +130,7 @@ impl HsClient {
             {
                 return Ok(r);
             }
-            self.establish_rend(Some(&ip_hop)).await
+            self.establish_rend(Some(&ip_hop), &label).await
         };
         let intro_fut = async {
             let c = build_circuit(
