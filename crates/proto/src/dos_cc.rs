@@ -127,7 +127,13 @@ pub struct CircuitCreationDos {
     max_addrs: usize,
     addrs: HashMap<IpAddr, Entry>,
     stats: DosCcStats,
+    /// When a full table was last swept (at most once per [`SWEEP_GAP`],
+    /// so a flood of new addresses cannot make every CREATE a scan).
+    swept: Option<Instant>,
 }
+
+/// The least time between two sweeps of a full table.
+pub const SWEEP_GAP: Duration = Duration::from_secs(1);
 
 /// IPv4 addresses as they are; IPv6 by /64.
 pub fn addr_key(ip: IpAddr) -> IpAddr {
@@ -147,6 +153,7 @@ impl CircuitCreationDos {
             max_addrs,
             addrs: HashMap::new(),
             stats: DosCcStats::default(),
+            swept: None,
         }
     }
 
@@ -175,6 +182,14 @@ impl CircuitCreationDos {
 
     fn entry(&mut self, key: IpAddr, p: &DosCcParams, now: Instant) -> Option<&mut Entry> {
         if !self.addrs.contains_key(&key) && self.addrs.len() >= self.max_addrs {
+            if self
+                .swept
+                .is_some_and(|t| now.saturating_duration_since(t) < SWEEP_GAP)
+            {
+                self.stats.untracked += 1;
+                return None;
+            }
+            self.swept = Some(now);
             let burst = p.burst;
             self.addrs.retain(|_, e| {
                 e.marked_until.is_some_and(|t| now < t) || e.outq_hits > 0 || {
@@ -469,5 +484,25 @@ mod tests {
         assert_eq!(t.on_create(&p, B, 3, later, 0.0), Verdict::Allow);
         assert_eq!(t.len(), 2);
         assert!(t.is_marked(v6(1), later));
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_once_a_second() {
+        let p = on();
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut t = CircuitCreationDos::new(1);
+        t.on_create(&p, A, 1, t0, 0.0);
+        // A is busy (9 of 10 tokens): B is not tracked.
+        t.on_create(&p, B, 1, ms(500), 0.0);
+        assert_eq!(t.stats().untracked, 1);
+        // At 1.2 s A's bucket is full again, but the last sweep was 0.7 s
+        // ago: B is still not tracked, and nothing was scanned.
+        t.on_create(&p, B, 1, ms(1200), 0.0);
+        assert_eq!(t.stats().untracked, 2);
+        // At 1.6 s a sweep may run: A goes, B is tracked.
+        t.on_create(&p, B, 1, ms(1600), 0.0);
+        assert_eq!(t.stats().untracked, 2);
+        assert_eq!(t.len(), 1);
     }
 }
