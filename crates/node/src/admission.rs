@@ -95,7 +95,13 @@ struct State {
     total: usize,
     unknown: usize,
     addrs: HashMap<IpAddr, Addr>,
+    /// When a full table was last swept: at most once per [`SWEEP_GAP`],
+    /// so a flood from new addresses cannot make every accept a scan.
+    swept: Option<Instant>,
 }
+
+/// The least time between two sweeps of a full address table.
+pub const SWEEP_GAP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Counters of refusals (for logs and tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -183,6 +189,13 @@ impl Admission {
             if !st.addrs.contains_key(&key) && st.addrs.len() >= c.max_tracked_addrs {
                 // Forget addresses with nothing open and a full bucket: they
                 // would be admitted the same way if seen anew.
+                if st
+                    .swept
+                    .is_some_and(|t| now.saturating_duration_since(t) < SWEEP_GAP)
+                {
+                    return Err(Refusal::Table);
+                }
+                st.swept = Some(now);
                 st.addrs
                     .retain(|_, a| a.open > 0 || refill(a, now, c) < c.burst_per_addr);
                 if st.addrs.len() >= c.max_tracked_addrs {
@@ -421,6 +434,21 @@ mod tests {
         // Their buckets refill within 0.5 s; then they are forgotten.
         let later = t + Duration::from_secs(1);
         assert!(a.admit(ip(4), false, later).is_ok());
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_once_a_second() {
+        let a = Admission::new(cfg());
+        let t = Instant::now();
+        let _busy: Vec<_> = (1..=2).map(|n| a.admit(ip(n), false, t).unwrap()).collect();
+        drop(a.admit(ip(3), false, t).unwrap());
+        // Full: the sweep finds ip(3)'s bucket not yet refilled.
+        let at = |ms| t + Duration::from_millis(ms);
+        assert_eq!(a.admit(ip(4), false, at(100)).unwrap_err(), Refusal::Table);
+        // By 0.9 s it has refilled, but the table was swept 0.8 s ago.
+        assert_eq!(a.admit(ip(4), false, at(900)).unwrap_err(), Refusal::Table);
+        // At 1.2 s it is swept again and ip(3) forgotten.
+        assert!(a.admit(ip(4), false, at(1200)).is_ok());
     }
 
     #[test]
