@@ -134,17 +134,6 @@ pub struct Permit {
     key: Option<IpAddr>,
 }
 
-/// IPv4 addresses as they are; IPv6 by /64 (one host usually has a /64).
-fn key_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(a) => {
-            let s = a.segments();
-            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-    }
-}
-
 impl Admission {
     /// A listener's admission state.
     pub fn new(cfg: AdmissionConfig) -> Arc<Self> {
@@ -185,7 +174,7 @@ impl Admission {
             if st.unknown >= c.max_total.saturating_sub(c.reserved_for_known) {
                 return Err(Refusal::Full);
             }
-            let key = key_of(ip);
+            let key = onionmix_proto::netaddr::limit_key(ip);
             if !st.addrs.contains_key(&key) && st.addrs.len() >= c.max_tracked_addrs {
                 // Forget addresses with nothing open and a full bucket: they
                 // would be admitted the same way if seen anew.

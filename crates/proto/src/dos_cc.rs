@@ -26,6 +26,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::cc::params::get_u32;
+use crate::netaddr::limit_key;
 
 /// The defence's consensus parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,17 +136,6 @@ pub struct CircuitCreationDos {
 /// The least time between two sweeps of a full table.
 pub const SWEEP_GAP: Duration = Duration::from_secs(1);
 
-/// IPv4 addresses as they are; IPv6 by /64.
-pub fn addr_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(a) => {
-            let s = a.segments();
-            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-    }
-}
-
 impl CircuitCreationDos {
     /// An empty table holding at most `max_addrs` addresses.
     pub fn new(max_addrs: usize) -> Self {
@@ -175,7 +165,7 @@ impl CircuitCreationDos {
     /// Whether `ip` is marked at `now`.
     pub fn is_marked(&self, ip: IpAddr, now: Instant) -> bool {
         self.addrs
-            .get(&addr_key(ip))
+            .get(&limit_key(ip))
             .and_then(|e| e.marked_until)
             .is_some_and(|t| now < t)
     }
@@ -224,7 +214,7 @@ impl CircuitCreationDos {
         if !p.enabled {
             return Verdict::Allow;
         }
-        let Some(e) = self.entry(addr_key(ip), p, now) else {
+        let Some(e) = self.entry(limit_key(ip), p, now) else {
             return Verdict::Allow;
         };
         refill(e, p, now);
@@ -254,7 +244,7 @@ impl CircuitCreationDos {
         if !p.enabled || p.num_circ_max_outq == 0 {
             return;
         }
-        let Some(e) = self.entry(addr_key(ip), p, now) else {
+        let Some(e) = self.entry(limit_key(ip), p, now) else {
             return;
         };
         if e.marked_until.is_some_and(|t| now < t) {

@@ -4,8 +4,22 @@
 //! that keeps a node from reaching, or being sent to, its own network: a
 //! client refusing a private destination, a relay refusing to extend to
 //! one, an authority refusing to list one.
+//! Also the one grouping of addresses for per-address limits
+//! ([`limit_key`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The key under which per-address limits count a peer: IPv4 addresses
+/// as they are, IPv6 by /64 (one host usually has a whole /64).
+pub fn limit_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(a) => {
+            let s = a.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+    }
+}
 
 /// Whether `ip` is internal: not to be reached through, or by, the
 /// public network.
