@@ -46,7 +46,8 @@ fn spec(links: &str, cc: &str) -> Spec {
          [[nodes]]\nimpl = \"onionmix\"\nrole = \"authority\"\ncount = 3\n{conf}\
          [[nodes]]\nimpl = \"onionmix\"\nrole = \"relay\"\ncount = 3\n{conf}\
          [[nodes]]\nimpl = \"onionmix\"\nrole = \"exit\"\ncount = 2\n{conf}\
-         [[nodes]]\nimpl = \"onionmix\"\nrole = \"client\"\ncount = 1\n"
+         [[nodes]]\nimpl = \"onionmix\"\nrole = \"client\"\ncount = 1\n\
+         config = [\"conflux = false\"]\n"
     );
     Spec::parse("hol", &text).unwrap()
 }
