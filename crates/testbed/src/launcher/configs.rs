@@ -168,6 +168,13 @@ pub(super) fn write_configs(
                         l.extend(n.extra.iter().cloned());
                         l
                     }
+                    (Role::Authority, _) => {
+                        let mut l = n.extra.clone();
+                        if let Some(p) = loopback_params(spec, &n.extra, "ConsensusParams") {
+                            l.push(format!("ConsensusParams {p}"));
+                        }
+                        l
+                    }
                     _ => n.extra.clone(),
                 };
                 let t = torrc::render(&torrc::TorNode {
@@ -198,13 +205,21 @@ pub(super) fn write_configs(
                     &n.extra,
                 )
                 .map_err(|e| LaunchError::node(e, i))?,
-                Role::Authority => write_onionmix_authority_config(
-                    i,
-                    &auth_entries,
-                    &n.extra,
-                    spec.voting_schedule(),
-                )
-                .map_err(|e| LaunchError::node(e, i))?,
+                Role::Authority => {
+                    let mut extra = n.extra.clone();
+                    if let Some(p) = loopback_params(spec, &n.extra, "params") {
+                        let (k, v) = p.split_once('=').unwrap_or((&p, ""));
+                        // First: a spec line may open a TOML table.
+                        extra.insert(0, format!("params = {{ {k} = {v} }}"));
+                    }
+                    write_onionmix_authority_config(
+                        i,
+                        &auth_entries,
+                        &extra,
+                        spec.voting_schedule(),
+                    )
+                    .map_err(|e| LaunchError::node(e, i))?
+                }
                 Role::OnionService => {
                     let (http, echo) = sink_targets
                         .ok_or_else(|| LaunchError::node("an onion service needs the sink", i))?;
@@ -217,6 +232,29 @@ pub(super) fn write_configs(
         }
     }
     Ok(())
+}
+
+/// The floor under every client's learned circuit build timeout on a
+/// network without link emulation, in ms (consensus parameter
+/// `cbtmintimeout`, tor's default 10).
+///
+/// On loopback a circuit builds in a few milliseconds, so stock tor and
+/// the onionmix client learn timeouts of about 25 ms: whatever the
+/// machine's scheduler adds, not the network. On a busy machine (CI, a
+/// build beside a test) circuits then time out by the dozen, and a stock
+/// tor onion service that loses its introduction circuits that way uses
+/// up its budget of them (10 per 5 minutes) and publishes nothing for
+/// five minutes. Emulated networks keep tor's default: their builds take
+/// hundreds of milliseconds of modelled delay, and their comparisons
+/// measure what the clients learn.
+pub const LOOPBACK_CBT_MIN_MS: u32 = 2000;
+
+/// `cbtmintimeout=<LOOPBACK_CBT_MIN_MS>` for an authority of a network
+/// without link emulation, unless the spec gives the authority its own
+/// consensus parameters (a line starting with `key`).
+fn loopback_params(spec: &Spec, extra: &[String], key: &str) -> Option<String> {
+    let own = extra.iter().any(|l| l.trim_start().starts_with(key));
+    (spec.emulation.is_none() && !own).then(|| format!("cbtmintimeout={LOOPBACK_CBT_MIN_MS}"))
 }
 
 struct AuthEntry {
@@ -363,4 +401,26 @@ fn control_toml(i: &NodeInfo) -> String {
 fn torrc_net(addr: &str) -> String {
     let first = addr.split('.').next().unwrap_or("127");
     format!("{first}.0.0.0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_networks_floor_the_build_timeout() {
+        let plain = Spec::load("onionmix-basic").unwrap();
+        let want = format!("cbtmintimeout={LOOPBACK_CBT_MIN_MS}");
+        assert_eq!(loopback_params(&plain, &[], "params"), Some(want.clone()));
+        assert_eq!(
+            loopback_params(&plain, &["Log notice stdout".into()], "ConsensusParams"),
+            Some(want)
+        );
+        // The spec's own parameters win; emulated networks keep tor's.
+        let own = ["params = { cbttestfreq = 10 }".to_string()];
+        assert_eq!(loopback_params(&plain, &own, "params"), None);
+        let emulated = Spec::load("onionmix-basic-20ms").unwrap();
+        assert!(emulated.emulation.is_some());
+        assert_eq!(loopback_params(&emulated, &[], "params"), None);
+    }
 }
