@@ -253,6 +253,13 @@ pub fn relay_text(r: &RelayCtx) -> String {
         "BEGINs refused on a client's first hop.",
         &[("", l(&s.single_hop_begins_refused))],
     );
+    metric(
+        &mut o,
+        "onionmix_relay_exit_onion_names_refused_total",
+        "counter",
+        "BEGINs and RESOLVEs for .onion names refused without a lookup (RFC 7686).",
+        &[("", l(&s.onion_names_refused))],
+    );
     o
 }
 

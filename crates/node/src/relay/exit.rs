@@ -295,7 +295,23 @@ pub async fn run(s: ExitStream, req: Request) {
 pub const MAX_LOOKUPS: usize = 256;
 static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LOOKUPS);
 
+/// A name no resolver may be asked for: `.onion` (RFC 7686; a client
+/// that sends one to an exit leaks which service it wanted, and a
+/// resolver that passes it on leaks it further). Case and a final dot do
+/// not matter.
+pub fn is_onion_name(host: &str) -> bool {
+    let h = host.strip_suffix('.').unwrap_or(host);
+    let b = h.as_bytes();
+    b.len() >= 6 && b[b.len() - 6..].eq_ignore_ascii_case(b".onion")
+}
+
 async fn lookup(ctx: &RelayCtx, host: &str, port: u16) -> Result<Vec<IpAddr>, u8> {
+    if is_onion_name(host) {
+        ctx.stats
+            .onion_names_refused
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(end_reason::RESOLVEFAILED);
+    }
     let Ok(_permit) = LOOKUPS.try_acquire() else {
         return Err(end_reason::RESOURCELIMIT);
     };
@@ -651,7 +667,8 @@ pub trait DirServer: Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use super::{DrainTally, dir_request_complete};
+    use super::{DrainTally, dir_request_complete, end_reason};
+    use std::time::Duration;
 
     /// Writes between two looks of the reactor are summed and announced
     /// once; a write after a look is announced again; nothing is lost.
@@ -728,6 +745,82 @@ mod tests {
             dir_request_complete(b"POST /tor/ HTTP/1.0\r\ncontent-length: 0\r\n\r\n"),
             Ok(true)
         );
+    }
+
+    /// An exit never asks its resolver for a `.onion` name (BEGIN and
+    /// RESOLVE both come here): refused at once and counted, while an
+    /// ordinary name does reach the nameserver.
+    #[tokio::test]
+    async fn onion_names_never_reach_the_resolver() {
+        use std::sync::atomic::Ordering;
+        let ns = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = crate::relay::config::RelayConfig::parse(&format!(
+            "data_dir = {:?}\nnickname = \"x\"\nor_listen = \"127.0.0.1:0\"\n\
+             exit = true\nnameserver = \"{}\"\n",
+            tmp.path().display().to_string(),
+            ns.local_addr().unwrap()
+        ))
+        .unwrap();
+        let keys = crate::relay::load_or_generate_keys(tmp.path()).unwrap();
+        let ctx = crate::relay::make_ctx(cfg, keys, None).unwrap();
+        for name in [
+            "25njqamcweflpvkl73j4szahhihoc4xt3ktcgjnpaingr5yhkenl5sid.onion",
+            "a.b.OnIoN.",
+        ] {
+            assert_eq!(
+                super::lookup(&ctx, name, 80).await,
+                Err(end_reason::RESOLVEFAILED),
+                "{name}"
+            );
+        }
+        assert_eq!(ctx.stats.onion_names_refused.load(Ordering::Relaxed), 2);
+        let mut buf = [0u8; 512];
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), ns.recv_from(&mut buf))
+                .await
+                .is_err(),
+            "the nameserver was asked"
+        );
+        // Positive control: another name is asked for (no answer: a
+        // resolver error after its retries, not a refusal).
+        let ask = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { super::lookup(&ctx, "sink.onionmix.test", 80).await }
+        });
+        let (n, _) = tokio::time::timeout(Duration::from_secs(5), ns.recv_from(&mut buf))
+            .await
+            .expect("the nameserver is asked for an ordinary name")
+            .unwrap();
+        assert!(n > 12);
+        ask.abort();
+        assert_eq!(ctx.stats.onion_names_refused.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn onion_names_are_recognised() {
+        for yes in [
+            "a.onion",
+            "x.y.ONION",
+            "abc.onion.",
+            ".onion",
+            "onion.onion",
+        ] {
+            assert!(super::is_onion_name(yes), "{yes}");
+        }
+        for no in [
+            "onion",
+            "a.onion.example",
+            "aonion",
+            "",
+            ".",
+            "a.onio",
+            "ab.onionx",
+        ] {
+            assert!(!super::is_onion_name(no), "{no}");
+        }
+        // Not ASCII near the end: no panic, no match.
+        assert!(!super::is_onion_name("a.oni\u{f6}n"));
     }
 
     #[test]

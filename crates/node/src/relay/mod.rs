@@ -87,6 +87,9 @@ pub struct RelayStats {
     pub oom_bytes_freed: AtomicU64,
     /// BEGINs refused because the previous hop was a client.
     pub single_hop_begins_refused: AtomicU64,
+    /// BEGINs and RESOLVEs for `.onion` names refused without a lookup
+    /// (RFC 7686: no resolver is ever asked for one).
+    pub onion_names_refused: AtomicU64,
     /// Bytes from targets to clients.
     pub exit_bytes_down: AtomicU64,
     /// Bytes from clients to targets.

@@ -34,6 +34,7 @@ pub fn stats_json(ctx: &RelayCtx) -> serde_json::Value {
             "oom_bytes_freed": l(&s.oom_bytes_freed),
             "queue_limit_kills": l(&s.queue_limit_kills),
             "single_hop_begins_refused": l(&s.single_hop_begins_refused),
+            "onion_names_refused": l(&s.onion_names_refused),
             "exit_bytes_down": l(&s.exit_bytes_down),
             "exit_bytes_up": l(&s.exit_bytes_up),
         },
