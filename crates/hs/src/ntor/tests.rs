@@ -162,7 +162,9 @@ fn rend_spec_appendix_g1_vectors() {
     let (y, auth, skeys) = svc.rendezvous_with(h32(v::Y_SECRET), &x).expect("rend");
     assert_eq!(y, h32(v::Y));
     assert_eq!(auth, h32(v::AUTH_INPUT_MAC));
-    let ckeys = client.finish(&y, &auth).expect("tor's AUTH_INPUT_MAC verifies");
+    let ckeys = client
+        .finish(&y, &auth)
+        .expect("tor's AUTH_INPUT_MAC verifies");
     // Both sides expanded tor's NTOR_KEY_SEED.
     let mut shake = Shake256::default();
     Update::update(&mut shake, &h(v::NTOR_KEY_SEED));
@@ -171,7 +173,10 @@ fn rend_spec_appendix_g1_vectors() {
     shake.finalize_xof().read(&mut m);
     let want = HsCircuitKeys::from_bytes(&m);
     for k in [&ckeys, &skeys] {
-        assert_eq!((k.df, k.db, k.kf, k.kb), (want.df, want.db, want.kf, want.kb));
+        assert_eq!(
+            (k.df, k.db, k.kf, k.kb),
+            (want.df, want.db, want.kf, want.kb)
+        );
     }
 }
 
