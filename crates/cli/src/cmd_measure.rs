@@ -49,9 +49,11 @@ pub struct CompareArgs {
     /// are the first against each other one).
     #[arg(long = "spec", num_args = 1, required = true)]
     specs: Vec<String>,
-    /// Workload name or TOML file.
-    #[arg(long)]
-    workload: String,
+    /// Workload name or TOML file; given more than once, the workloads
+    /// run one after the other on the same networks (each alternated
+    /// between them), with one report for all.
+    #[arg(long, num_args = 1, required = true)]
+    workload: Vec<String>,
     /// Repetitions per network.
     #[arg(long, default_value_t = 10)]
     runs: u32,
@@ -524,10 +526,6 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     if a.specs.len() < 2 {
         anyhow::bail!("give --spec at least twice (the networks to compare)");
     }
-    let cfg = workload_config(&a.workload, Some(a.runs), a.duration)?;
-    if cfg.hops.is_some() || cfg.paths.iter().any(|p| p != "socks") {
-        anyhow::bail!("hops and the tunnel path are for `onionmix measure` (one running network)");
-    }
     let all = match a.client.as_deref() {
         None => false,
         Some("all") => true,
@@ -536,60 +534,76 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     if a.concurrent && !all {
         anyhow::bail!("--concurrent needs --client all");
     }
-    if !cfg.circuits.is_empty() && !all {
-        anyhow::bail!("circuits gives each client a path: compare with --client all");
+    // Every workload is checked before any network starts.
+    let mut cfgs = Vec::new();
+    for w in &a.workload {
+        let cfg = workload_config(w, Some(a.runs), a.duration)?;
+        if cfg.hops.is_some() || cfg.paths.iter().any(|p| p != "socks") {
+            anyhow::bail!(
+                "{w}: hops and the tunnel path are for `onionmix measure` (one running network)"
+            );
+        }
+        if !cfg.circuits.is_empty() && !all {
+            anyhow::bail!("{w}: circuits gives each client a path: compare with --client all");
+        }
+        cfgs.push(cfg);
     }
     let mut guards = Vec::new();
-    let mut eps = Vec::new();
-    let mut pins = Vec::new();
-    let mut groups = Vec::new();
     let opts = LaunchOptions::new(std::env::current_exe()?);
     for (i, s) in a.specs.iter().enumerate() {
         let spec = Spec::load(s)?;
         let dir = a.out.join("nets").join(format!("{i}-{}", spec.name));
         eprintln!("starting {} in {}", spec.name, dir.display());
         let net = launcher::start(&spec, &dir, &opts)?;
-        let guard = NetworkGuard(Some(net));
-        let info = guard.info();
-        let names: Vec<Option<String>> = if all {
-            info.clients(None)
-                .iter()
-                .map(|c| Some(c.name.clone()))
-                .collect()
-        } else {
-            vec![None]
-        };
-        let first = eps.len();
-        for name in names {
-            let mut ep = endpoint(info, name.as_deref(), &cfg)?;
-            if all {
-                ep.label = format!("{}/all", info.spec);
-            }
-            if a.specs.iter().filter(|x| **x == *s).count() > 1 {
-                ep.label = format!("{}#{i}", ep.label);
-            }
-            eps.push(ep);
-        }
-        if eps.len() == first {
-            anyhow::bail!("{} has no client", spec.name);
-        }
-        pins.extend(crate::measure_paths::client_circuits(
-            &cfg,
-            info,
-            eps.len() - first,
-        )?);
-        if a.concurrent {
-            groups.push(first..eps.len());
-        } else {
-            groups.extend((first..eps.len()).map(|j| j..j + 1));
-        }
-        guards.push(guard);
+        guards.push(NetworkGuard(Some(net)));
     }
-    check_endpoints(&cfg, &eps)?;
-    let records = run_all(&cfg, &eps, &pins, &groups, "A, B, A, B...")?;
+    let mut records = Vec::new();
+    let mut metas = Vec::new();
+    for cfg in &cfgs {
+        let mut eps = Vec::new();
+        let mut pins = Vec::new();
+        let mut groups = Vec::new();
+        for (i, (s, guard)) in a.specs.iter().zip(&guards).enumerate() {
+            let info = guard.info();
+            let names: Vec<Option<String>> = if all {
+                info.clients(None)
+                    .iter()
+                    .map(|c| Some(c.name.clone()))
+                    .collect()
+            } else {
+                vec![None]
+            };
+            let first = eps.len();
+            for name in names {
+                let mut ep = endpoint(info, name.as_deref(), cfg)?;
+                if all {
+                    ep.label = format!("{}/all", info.spec);
+                }
+                if a.specs.iter().filter(|x| **x == *s).count() > 1 {
+                    ep.label = format!("{}#{i}", ep.label);
+                }
+                eps.push(ep);
+            }
+            if eps.len() == first {
+                anyhow::bail!("{} has no client", info.spec);
+            }
+            pins.extend(crate::measure_paths::client_circuits(
+                cfg,
+                info,
+                eps.len() - first,
+            )?);
+            if a.concurrent {
+                groups.push(first..eps.len());
+            } else {
+                groups.extend((first..eps.len()).map(|j| j..j + 1));
+            }
+        }
+        check_endpoints(cfg, &eps)?;
+        records.extend(run_all(cfg, &eps, &pins, &groups, "A, B, A, B...")?);
+        metas.push(meta(cfg, a.specs.clone()));
+    }
     drop(guards);
-    let m = meta(&cfg, a.specs.clone());
-    finish(&a.out, &records, &[m])
+    finish(&a.out, &records, &metas)
 }
 
 pub fn run_report(a: ReportArgs) -> anyhow::Result<()> {

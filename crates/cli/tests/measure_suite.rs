@@ -300,6 +300,7 @@ fn compare_onionmix_and_stock_networks() {
     let out = tmp.path().join("cmp");
     let file = tmp.path().join("bulk.toml");
     std::fs::write(&file, "workload = \"bulk\"\nsizes = [51200, 1048576]\n").unwrap();
+    // Two workloads on the same two networks, one report.
     let (success, stdout, stderr) = onionmix(&[
         "compare",
         "--spec",
@@ -308,8 +309,10 @@ fn compare_onionmix_and_stock_networks() {
         "stock-basic",
         "--workload",
         file.to_str().unwrap(),
+        "--workload",
+        "access",
         "--runs",
-        "4",
+        "3",
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -320,6 +323,18 @@ fn compare_onionmix_and_stock_networks() {
         "{s}"
     );
     assert!(s.to_lowercase().contains("ratio"), "{s}");
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    for (workload, kind, n) in [("bulk", "transfer", 12), ("access", "fresh-client", 6)] {
+        let got = jsonl
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("\"workload\":\"{workload}\""))
+                    && l.contains(&format!("\"kind\":\"{kind}\""))
+            })
+            .count();
+        assert_eq!(got, n, "{workload} {kind} records:\n{jsonl}");
+    }
+    assert!(s.contains("access") && s.contains("bulk"), "{s}");
     // Every process both networks started is gone.
     for net in std::fs::read_dir(out.join("nets")).unwrap() {
         let info = onionmix_testbed::netinfo::NetworkInfo::load(&net.unwrap().path()).unwrap();
