@@ -6,7 +6,8 @@
 //! tor 0.4.9 gives, and the
 //! exits' resolver (the sink's DNS, which logs every name it is asked) never
 //! sees any of them, while an ordinary name is resolved there. SOCKS4 and
-//! SOCKS4a carry verified downloads.
+//! SOCKS4a carry verified downloads. The exits' own counters show that
+//! no `.onion` name reached them at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common_net;
@@ -161,6 +162,35 @@ fn onion_and_exit_names_never_leave_the_client() {
             "a local-only name reached an exit's resolver: {n}"
         );
     }
+    // Watching the exits themselves: they count every `.onion` name that
+    // reaches them in a BEGIN or RESOLVE (and refuse it unresolved, RFC
+    // 7686); none did. Positive control: their stream counts show the
+    // downloads above (stats.json is rewritten every 5 s).
+    let exits: Vec<_> = info
+        .nodes
+        .iter()
+        .filter(|n| n.has_role(onionmix_testbed::spec::Role::Exit))
+        .collect();
+    assert!(!exits.is_empty());
+    let stat = |ptr: &str| -> u64 {
+        exits
+            .iter()
+            .filter_map(|n| std::fs::read_to_string(n.data_dir.join("stats.json")).ok())
+            .filter_map(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .filter_map(|v| v.pointer(ptr).and_then(|x| x.as_u64()))
+            .sum()
+    };
+    common_net::wait_for(
+        "the exits' stats show the downloads' streams",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || (stat("/relay/streams") >= 2).then_some(()),
+    );
+    assert_eq!(
+        stat("/relay/onion_names_refused"),
+        0,
+        "an onion name reached an exit"
+    );
     drop(net);
 }
 

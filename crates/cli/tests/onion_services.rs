@@ -6,13 +6,16 @@
 //!   (and ours to ours, stock to stock), 1 MiB and 20 MiB, SHA-256
 //!   verified;
 //! * client authorization against a stock service and ours: the right key
-//!   is accepted (our client and a stock client), no key gets 0xF4, a
-//!   wrong key 0xF5;
+//!   is accepted (our client and a stock client; 1 MiB and 20 MiB), no
+//!   key gets 0xF4, a wrong key 0xF5;
 //! * a stock service with `HiddenServicePoWDefensesEnabled 1` reached by
 //!   our client (solving at effort 20), our service with PoW reached by a
 //!   stock client (it solves our suggested effort; we verify);
 //! * our service restarted with the same keys is reachable at the same
-//!   address again;
+//!   address again; while it is down our client gets "introduction
+//!   failed" (0xF2);
+//! * a service in an onionmix client's own config (`[[onion_service]]`)
+//!   is reached by the stock client;
 //! * a bad `.onion` gets 0xF6 at once, an unknown one 0xF0, RESOLVE of an
 //!   onion "host unreachable", and no `.onion` name reaches the exits'
 //!   resolver (the sink's DNS log).
@@ -70,6 +73,19 @@ config = ["socks_extended_errors = true"]
 
 /// tor's unit-test address with its last character changed (bad checksum).
 const BAD_ONION: &str = "25njqamcweflpvkl73j4szahhihoc4xt3ktcgjnpaingr5yhkenl5sia.onion";
+
+/// 1 MiB and 20 MiB from the onion service `addr`'s port 80, SHA-256
+/// verified.
+fn download_verified(rt: &tokio::runtime::Runtime, who: &str, proxy: SocketAddr, addr: &str) {
+    for n in [1u64 << 20, 20 << 20] {
+        let (r, t) = rt
+            .block_on(common_net::download(proxy, addr, 80, n, None))
+            .unwrap_or_else(|e| panic!("{who}, {n} bytes: {e}"));
+        assert_eq!(r.body.len() as u64, n, "{who}");
+        assert!(r.sha256_ok(), "{who}: SHA-256 mismatch for {n} bytes");
+        eprintln!("{who}: {n} bytes in {t:?}");
+    }
+}
 
 /// The SOCKS5 reply code for a CONNECT by name (blocking).
 fn socks_reply(proxy: SocketAddr, host: &str, port: u16, cmd: u8) -> u8 {
@@ -360,9 +376,18 @@ fn onion_services_interoperate_with_stock_tor() {
         onionmix_hs::auth::client_auth_line(&a, sk)
     };
     let mut clients = Vec::new();
-    for (name, sk, extra) in [
-        ("alice", &alice_sk, "onion_pow_min_effort = 20"),
-        ("mallory", &mallory_sk, ""),
+    // mallory's client also hosts a service (a service block in the
+    // client's own config, as tor's HiddenServiceDir in a client torrc).
+    let mallory_hs = x.dir.join("mallory-hs");
+    private_dir(&mallory_hs);
+    for (name, sk, extra, tail) in [
+        (
+            "alice",
+            &alice_sk,
+            "onion_pow_min_effort = 20",
+            String::new(),
+        ),
+        ("mallory", &mallory_sk, "", block(&mallory_hs, "")),
     ] {
         let d = x.dir.join(name);
         let keys = d.join("keys");
@@ -377,7 +402,11 @@ fn onion_services_interoperate_with_stock_tor() {
             format!("client_onion_auth_dir = {:?}", keys.display().to_string()),
             extra.to_string(),
         ];
-        let log = x.onionmix(name, "client", onion::onionmix_config(&info, &d, &top, ""));
+        let log = x.onionmix(
+            name,
+            "client",
+            onion::onionmix_config(&info, &d, &top, &tail),
+        );
         clients.push((SocketAddr::from(([127, 0, 0, 1], port)), log, d));
     }
     let talice_dir = x.dir.join("talice");
@@ -425,11 +454,23 @@ fn onion_services_interoperate_with_stock_tor() {
         ("alice -> our auth", alice, &oauth_addr),
         ("stock alice -> our auth", talice, &oauth_addr),
     ] {
-        let (r, _) = rt
-            .block_on(common_net::download(proxy, addr, 80, 1 << 20, None))
-            .unwrap_or_else(|e| panic!("{who}: {e}"));
-        assert!(r.sha256_ok(), "{who}");
+        download_verified(&rt, who, proxy, addr);
     }
+    // The service mallory's client hosts, reached by the stock client.
+    let mallory_hs_addr = host(&mallory_hs);
+    let (_, mallory_log, _) = clients[1].clone();
+    wait_reachable(
+        "stock client -> the service in a client's config",
+        stock_socks,
+        &mallory_hs_addr,
+        &mallory_log,
+    );
+    download_verified(
+        &rt,
+        "stock client -> the service in a client's config",
+        stock_socks,
+        &mallory_hs_addr,
+    );
     // No key: 0xF4. A wrong key: 0xF5 (tor's codes, prop 304).
     for addr in [&tauth_addr, &oauth_addr] {
         assert_eq!(
@@ -448,10 +489,7 @@ fn onion_services_interoperate_with_stock_tor() {
     // solving at effort 20; our PoW service reached by the stock client,
     // which solves the effort we suggest, and by ours.
     wait_reachable("alice -> stock PoW service", alice, &tpow_addr, &hstor_log);
-    let (r, _) = rt
-        .block_on(common_net::download(alice, &tpow_addr, 80, 1 << 20, None))
-        .unwrap();
-    assert!(r.sha256_ok());
+    download_verified(&rt, "alice -> stock PoW service", alice, &tpow_addr);
     // status.json is rewritten once a second: wait for the count.
     let deadline = Instant::now() + Duration::from_secs(10);
     let solved = loop {
@@ -483,6 +521,12 @@ fn onion_services_interoperate_with_stock_tor() {
         &opow_addr,
         &hsom_log,
     );
+    for (who, proxy) in [
+        ("stock client -> our PoW service", stock_socks),
+        ("our client -> our PoW service", ours_socks),
+    ] {
+        download_verified(&rt, who, proxy, &opow_addr);
+    }
     // (status.json is rewritten every second.)
     let pow_svc = |st: serde_json::Value| {
         st["onion_services"]
@@ -509,7 +553,34 @@ fn onion_services_interoperate_with_stock_tor() {
         om.start_time,
         Duration::from_secs(10)
     ));
-    let before = std::fs::read_to_string(om.data_dir.join("hs/hostname")).unwrap();
+    let hostname = om.data_dir.join("hs/hostname");
+    let before = std::fs::read_to_string(&hostname).unwrap();
+    // The restarted service writes its hostname file anew (from the kept
+    // identity key), so the comparison below reads what it derived.
+    std::fs::remove_file(&hostname).unwrap();
+    // While the service is down its introduction points know it no more:
+    // our client gets "introduction failed" (0xF2) once every point has
+    // refused, as stock tor's would (its rendezvous circuits to the old
+    // instance close with the service's channels first).
+    let t0 = Instant::now();
+    let mut codes = Vec::new();
+    while t0.elapsed() < Duration::from_secs(90) {
+        let code = socks_reply(ours_socks, &our_svc.address, 80, 1);
+        codes.push(code);
+        if code == 0xF2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(
+        codes.last(),
+        Some(&0xF2),
+        "a stopped service's introduction points: replies {codes:02x?}"
+    );
+    assert!(
+        !codes.contains(&0),
+        "a stream reached a stopped service: {codes:02x?}"
+    );
     let mut c = Command::new(env!("CARGO_BIN_EXE_onionmix"));
     c.args(["onion-service", "--config"])
         .arg(om.data_dir.join("service.toml"));
@@ -529,14 +600,34 @@ fn onion_services_interoperate_with_stock_tor() {
         &after,
         &restart_log,
     );
-    let (r, _) = rt
-        .block_on(common_net::download(stock_socks, &after, 80, 1 << 20, None))
-        .unwrap();
-    assert!(r.sha256_ok());
+    download_verified(
+        &rt,
+        "stock client -> restarted service",
+        stock_socks,
+        &after,
+    );
 
-    // 5. No onion name reached the exits' resolver.
+    // 5. No onion name reached the exits' resolver. The sink logs every
+    // name it is asked; positive control: its own name, through an exit.
+    let (r, _) = rt
+        .block_on(common_net::download(
+            ours_socks,
+            onionmix_testbed::sink::SINK_HOSTNAME,
+            sink.http.port(),
+            1000,
+            None,
+        ))
+        .unwrap_or_else(|e| panic!("the sink by name through an exit: {e}"));
+    assert!(r.sha256_ok());
     let log = std::fs::read_to_string(&sink.log).unwrap();
-    for l in log.lines().filter(|l| l.contains("dns query")) {
+    let queries: Vec<&str> = log.lines().filter(|l| l.contains("dns query")).collect();
+    assert!(
+        queries
+            .iter()
+            .any(|l| l.contains(onionmix_testbed::sink::SINK_HOSTNAME)),
+        "the sink's DNS log shows no query for its own name"
+    );
+    for l in queries {
         assert!(
             !l.contains(".onion"),
             "an onion name reached a resolver: {l}"
