@@ -452,3 +452,35 @@ impl Drop for TunnelProc {
         }
     }
 }
+
+/// Every name the sink's DNS server was asked (its log line `dns query
+/// name=...`), in order: the exits resolve through it.
+pub fn dns_queries(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("dns query"))
+        .filter_map(|l| {
+            let plain = strip_ansi(l);
+            let v = plain.split("name=").nth(1)?;
+            Some(v.split_whitespace().next()?.to_string())
+        })
+        .collect()
+}
+
+/// The log is written with colours; drop the escape sequences.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c == '\x1b' {
+            for c in it.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

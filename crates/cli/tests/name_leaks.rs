@@ -142,16 +142,7 @@ fn onion_and_exit_names_never_leave_the_client() {
 
     // The exits' resolver saw the sink's name and nothing of the refused
     // ones. (Exits resolve through the sink's DNS, which logs each name.)
-    let log = std::fs::read_to_string(&sink.log).unwrap();
-    let asked: Vec<String> = log
-        .lines()
-        .filter(|l| l.contains("dns query"))
-        .filter_map(|l| {
-            let plain = strip_ansi(l);
-            let v = plain.split("name=").nth(1)?;
-            Some(v.split_whitespace().next()?.to_string())
-        })
-        .collect();
+    let asked = common_net::dns_queries(&sink.log);
     assert!(
         asked.contains(&sink.hostname),
         "the DNS log works: {asked:?}"
@@ -192,22 +183,4 @@ fn onion_and_exit_names_never_leave_the_client() {
         "an onion name reached an exit"
     );
     drop(net);
-}
-
-/// The log is written with colours; drop the escape sequences.
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c == '\x1b' {
-            for c in it.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
