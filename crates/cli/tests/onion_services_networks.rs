@@ -98,7 +98,7 @@ fn measure_onion(dir: &Path, svc: &str, workload: &str, extra: &str) -> Vec<serd
     records
 }
 
-/// Records of `kind` from each client (labels end in `/<client>`).
+/// Records of `kind` from each client (labels `<spec>/<client>@<service>`).
 fn per_client(records: &[serde_json::Value], kind: &str, clients: &[String]) -> Vec<usize> {
     clients
         .iter()
@@ -107,9 +107,11 @@ fn per_client(records: &[serde_json::Value], kind: &str, clients: &[String]) -> 
                 .iter()
                 .filter(|r| {
                     r["kind"] == kind
-                        && r["label"]
-                            .as_str()
-                            .is_some_and(|l| l.ends_with(&format!("/{c}")))
+                        && r["label"].as_str().is_some_and(|l| {
+                            l.split_once('/')
+                                .and_then(|(_, rest)| rest.split('@').next())
+                                .is_some_and(|client| client == c)
+                        })
                 })
                 .count()
         })
