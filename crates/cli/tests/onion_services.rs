@@ -621,12 +621,16 @@ fn onion_services_interoperate_with_stock_tor() {
     assert!(r.sha256_ok());
     let asked = common_net::dns_queries(&sink.log);
     assert!(
-        asked.iter().any(|n| n == onionmix_testbed::sink::SINK_HOSTNAME),
+        asked
+            .iter()
+            .any(|n| n == onionmix_testbed::sink::SINK_HOSTNAME),
         "the sink's DNS log shows no query for its own name: {asked:?}"
     );
     for n in &asked {
         assert!(
-            !n.trim_end_matches('.').to_ascii_lowercase().ends_with(".onion"),
+            !n.trim_end_matches('.')
+                .to_ascii_lowercase()
+                .ends_with(".onion"),
             "an onion name reached a resolver: {n}"
         );
     }

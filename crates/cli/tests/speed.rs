@@ -240,6 +240,28 @@ async fn fresh_isolation_takes_a_prebuilt_circuit() {
         c.preemptive.load(Ordering::Relaxed) >= before + 2 && mgr.clean_circuits() >= 2
     })
     .await;
+
+    // Dormant (SIGNAL DORMANT): nothing is built ahead of need. Builds
+    // already under way finish first.
+    mgr.set_dormant(true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = c.preemptive.load(Ordering::Relaxed);
+    mgr.newnym(&[exit_id].into_iter().collect());
+    assert_eq!(mgr.clean_circuits(), 0);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        (c.preemptive.load(Ordering::Relaxed), mgr.clean_circuits()),
+        (before, 0),
+        "a dormant client built circuits ahead of need"
+    );
+    // A stream wakes it (as on tor's SOCKS port): served at once, and the
+    // pool is kept again.
+    download(proxy, net.sink, "carol", 1024, false).await;
+    assert!(!mgr.is_dormant());
+    wait_until("pre-building resumes", 60, || {
+        c.preemptive.load(Ordering::Relaxed) > before && mgr.clean_circuits() >= 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,7 +54,7 @@ pub(crate) async fn connect(
         return Err(EmbedError::BootstrapTimeout(ctx.stream_timeout));
     }
     // A new stream wakes a dormant client, as a SOCKS request does.
-    c.hub.dormant.store(false, Ordering::Relaxed);
+    c.circmgr.set_dormant(false);
     let key = isolation_key(token, c.hub.epoch.load(Ordering::Relaxed));
     // An exit stream's task holds its circuit (the last reference going
     // away destroys it, e.g. after the circuit manager let go of it at a

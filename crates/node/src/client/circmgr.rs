@@ -166,6 +166,10 @@ pub(super) struct Shared {
     pub(super) hs_pool: super::hs::pool::Pool<Circuit>,
     /// Conflux: where its paths come from (None: off).
     pub(super) conflux: Mutex<Option<super::conflux::ConfluxHook>>,
+    /// Dormant (tor's `SIGNAL DORMANT`): nothing is built ahead of need
+    /// and the directory is not refreshed until a stream or `ACTIVE`
+    /// wakes the client.
+    dormant: std::sync::atomic::AtomicBool,
 }
 
 /// The circuit manager.
@@ -228,6 +232,7 @@ impl CircMgr {
                 next_id: AtomicU64::new(1),
                 hs_pool: Default::default(),
                 conflux: Mutex::new(None),
+                dormant: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -763,6 +768,22 @@ impl CircMgr {
         st.conflux_clean.clear();
         drop(st);
         self.inner.hs_pool.clear();
+    }
+
+    /// Go dormant (`true`) or wake up. A dormant manager builds nothing
+    /// ahead of need (no pre-built exit circuits or conflux sets); circuits
+    /// for streams are still built, and a new stream wakes it (the SOCKS
+    /// front end and the embedding API call this with `false`).
+    pub fn set_dormant(&self, dormant: bool) {
+        let was = self.inner.dormant.swap(dormant, Ordering::Relaxed);
+        if was && !dormant {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// Whether the manager is dormant.
+    pub fn is_dormant(&self) -> bool {
+        self.inner.dormant.load(Ordering::Relaxed)
     }
 
     /// Internal circuits built ahead of need for onion services.

@@ -402,6 +402,18 @@ impl Client {
         }
     }
 
+    /// Until the network is enabled and the client is not dormant (tor
+    /// fetches no directory information while dormant).
+    async fn wait_active(&self) {
+        loop {
+            self.wait_network_enabled().await;
+            if !self.circmgr.is_dormant() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     async fn bootstrap_and_maintain(
         self,
         ready: watch::Sender<bool>,
@@ -474,7 +486,7 @@ impl Client {
             while crate::clock::now() < at {
                 tokio::time::sleep(crate::clock::sleep_towards(at)).await;
             }
-            self.wait_network_enabled().await;
+            self.wait_active().await;
             // Once circuits exist, fetch over BEGIN_DIR; fall back to DirPort.
             match self.dir.refresh(Some(&self.circmgr)).await {
                 Ok(nd) => self.circmgr.set_consensus_params(nd.params()),

@@ -35,6 +35,9 @@ impl CircMgr {
     pub(super) fn preemptive_tick(&self) {
         let now = Instant::now();
         self.expire(now);
+        if self.is_dormant() {
+            return;
+        }
         self.conflux_tick(now);
         for _ in 0..MAX_PREEMPTIVE_PENDING {
             let Some(purpose) = self.next_plan(now) else {

@@ -285,6 +285,8 @@ async fn handle(mut sock: TcpStream, peer: SocketAddr, ctx: SocksContext) -> Res
         let key = isolation_key(&req, peer, epoch);
         return super::udp::associate(sock, peer, ctx, key, req).await;
     }
+    // A new stream wakes a dormant client (as tor's SOCKS port does).
+    ctx.circmgr.set_dormant(false);
     let tr = Tracked::new(&ctx.hub, &req, peer, epoch);
     let ready = match (&ctx.dir_ready, onion) {
         (Some(d), true) => d.clone(),

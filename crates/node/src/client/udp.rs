@@ -189,6 +189,7 @@ async fn destination(
         ..req
     };
     let epoch = key.nym_epoch;
+    ctx.circmgr.set_dormant(false);
     let mut tr = Tracked::new(&ctx.hub, &as_req, peer, epoch);
     run_destination(&ctx, &key, &mut tr, host, port, &mut rx, &back, idx).await;
     let _ = back.send(Back::Ended(idx)).await;

@@ -122,8 +122,6 @@ pub struct ControlHub {
     pub leave_unattached: AtomicBool,
     /// `DisableNetwork`.
     pub disable_network: AtomicBool,
-    /// `SIGNAL DORMANT` until ACTIVE or a new stream.
-    pub dormant: AtomicBool,
     newnym_last: Mutex<Option<Instant>>,
     newnym_pending: AtomicBool,
     /// Exits of circuits in use at the last NEWNYM: the next exit circuit
@@ -188,7 +186,6 @@ impl ControlHub {
             epoch: AtomicU64::new(0),
             leave_unattached: AtomicBool::new(false),
             disable_network: AtomicBool::new(false),
-            dormant: AtomicBool::new(false),
             newnym_last: Mutex::new(None),
             newnym_pending: AtomicBool::new(false),
             newnym_avoid: Mutex::new(HashSet::new()),

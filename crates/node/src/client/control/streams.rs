@@ -60,7 +60,6 @@ fn target(req: &SocksRequest) -> String {
 impl Tracked {
     /// Announce a new request (STREAM NEW / NEWRESOLVE).
     pub fn new(hub: &Arc<ControlHub>, req: &SocksRequest, peer: SocketAddr, epoch: u64) -> Tracked {
-        hub.dormant.store(false, Ordering::Relaxed);
         let resolve = matches!(req.cmd, SocksCmd::Resolve | SocksCmd::ResolvePtr);
         let status = StreamStatus {
             id: 0,

@@ -147,7 +147,7 @@ impl ClientBackend {
             | "address-mappings/control" => String::new(),
             // onionmix is not a tor version the consensus can recommend.
             "status/version/current" => "unknown".into(),
-            "dormant" => bool01(hub.dormant.load(Ordering::Relaxed)),
+            "dormant" => bool01(self.ctx.circmgr.is_dormant()),
             "onions/current" => self.ctx.onions.list(Some(self.sub_id)),
             "onions/detached" => self.ctx.onions.list(None),
             "traffic/read" => hub.read.load(Ordering::Relaxed).to_string(),

@@ -230,12 +230,15 @@ impl Backend for ClientBackend {
             }
             Signal::ClearDnsCache => "CLEARDNSCACHE",
             Signal::Active => {
-                hub.dormant.store(false, Ordering::Relaxed);
+                if self.ctx.circmgr.is_dormant() {
+                    info!("Exiting dormant mode because of controller request.");
+                }
+                self.ctx.circmgr.set_dormant(false);
                 "ACTIVE"
             }
             Signal::Dormant => {
                 info!("Going dormant because of controller request.");
-                hub.dormant.store(true, Ordering::Relaxed);
+                self.ctx.circmgr.set_dormant(true);
                 "DORMANT"
             }
         };
