@@ -141,6 +141,7 @@ fn onionmix_client_negotiates_cc_with_stock_exits() {
     let tmp = tempfile::tempdir().unwrap();
     let m0 = onionmix_testsupport::ports::free_port("127.0.0.1").unwrap();
     let m1 = onionmix_testsupport::ports::free_port("127.0.0.1").unwrap();
+    let m_ours = onionmix_testsupport::ports::free_port("127.0.0.1").unwrap();
     let spec = format!(
         r#"name = "cc-stock-exits"
 description = "stock network with MetricsPorts on the exits, and our client"
@@ -163,6 +164,7 @@ torrc = ["MetricsPort 127.0.0.1:{m1}", "MetricsPortPolicy accept 127.0.0.1"]
 [[nodes]]
 impl = "onionmix"
 role = "client"
+config = ['metrics_port = "127.0.0.1:{m_ours}"']
 "#
     );
     let spec = common_net::write_spec(tmp.path(), &spec);
@@ -222,6 +224,20 @@ role = "client"
         common_net::status_sum(&omv, "/flow_control/invalid_cells"),
         0
     );
+
+    // Our client's MetricsPort after that traffic: circuits built (with
+    // their build times), streams carried, the bytes read, its channels.
+    let ours = |name: &str| metric(m_ours, name).unwrap_or_else(|| panic!("no {name}"));
+    let read = ours("onionmix_client_bytes_total{direction=\"read\"}");
+    assert!(read >= 27 << 20, "bytes read: {read}");
+    assert!(ours("onionmix_client_bytes_total{direction=\"written\"}") >= 2 << 20);
+    assert!(ours("onionmix_client_streams_total{outcome=\"succeeded\"}") >= 3);
+    assert!(ours("onionmix_client_circuits_total{outcome=\"built\"}") >= 1);
+    assert!(ours("onionmix_client_circuit_build_seconds_count") >= 1);
+    assert!(ours("onionmix_client_channels") >= 1);
+    // A gauge: whatever is queued right now (nothing much, the transfers
+    // are over), but present.
+    let _ = ours("onionmix_client_channel_queued_bytes");
 }
 
 #[test]

@@ -25,8 +25,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the endpoint reports on.
 #[derive(Clone)]
 pub enum Source {
-    /// A client's hub.
-    Client(Arc<ControlHub>),
+    /// A client's hub and its channels.
+    Client(Arc<ControlHub>, crate::client::chanmgr::ChanMgr),
     /// A relay.
     Relay(Arc<RelayCtx>),
 }
@@ -34,7 +34,7 @@ pub enum Source {
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Source::Client(_) => "Source::Client",
+            Source::Client(..) => "Source::Client",
             Source::Relay(_) => "Source::Relay",
         })
     }
@@ -52,8 +52,9 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str
     }
 }
 
-/// The client's metrics in Prometheus text format.
-pub fn client_text(h: &ControlHub) -> String {
+/// The client's metrics in Prometheus text format; `(channels, queued)`:
+/// its open channels and the bytes queued on them.
+pub fn client_text(h: &ControlHub, (channels, queued): (usize, usize)) -> String {
     let c = &h.counters;
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let mut o = String::new();
@@ -135,6 +136,20 @@ pub fn client_text(h: &ControlHub) -> String {
             ("direction=\"read\"", l(&h.read)),
             ("direction=\"written\"", l(&h.written)),
         ],
+    );
+    metric(
+        &mut o,
+        "onionmix_client_channels",
+        "gauge",
+        "Open channels to relays.",
+        &[("", channels as u64)],
+    );
+    metric(
+        &mut o,
+        "onionmix_client_channel_queued_bytes",
+        "gauge",
+        "Bytes queued on channels towards relays, not yet written.",
+        &[("", queued as u64)],
     );
     metric(
         &mut o,
@@ -277,7 +292,7 @@ async fn serve_one(mut sock: tokio::net::TcpStream, src: Source) -> Result<(), S
         ("405 Method Not Allowed", "only GET\n".to_string())
     } else if head.path == "/metrics" || head.path == "/" {
         let text = match &src {
-            Source::Client(h) => client_text(h),
+            Source::Client(h, chans) => client_text(h, chans.queued()),
             Source::Relay(r) => relay_text(r),
         };
         ("200 OK", text)

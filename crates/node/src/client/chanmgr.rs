@@ -95,6 +95,22 @@ impl ChanMgr {
             .collect()
     }
 
+    /// Open channels and the bytes queued on them towards relays, not
+    /// yet written (a channel busy being opened or used right now is
+    /// skipped).
+    pub fn queued(&self) -> (usize, usize) {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .values()
+            .filter_map(|s| s.try_lock().ok())
+            .filter_map(|g| {
+                g.as_ref()
+                    .filter(|h| !h.is_closed())
+                    .map(|h| h.queued_bytes())
+            })
+            .fold((0, 0), |(n, b), q| (n + 1, b.saturating_add(q)))
+    }
+
     /// Congestion- and flow-control counters of every channel's circuits.
     pub fn flow_stats(&self) -> &ClientFlowStats {
         &self.stats

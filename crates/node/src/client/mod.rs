@@ -270,7 +270,7 @@ impl Client {
             hub: hub.clone(),
             dir: dir.clone(),
             circmgr: circmgr.clone(),
-            chanmgr,
+            chanmgr: chanmgr.clone(),
             cfg: cfg.clone(),
             socks: socks_listener,
             shutdown: shutdown.clone(),
@@ -281,9 +281,12 @@ impl Client {
         .map_err(ClientError::Setup)?;
         let metrics_addr = match cfg.metrics_port {
             Some(a) => Some(
-                crate::metrics::serve(a, crate::metrics::Source::Client(hub.clone()))
-                    .await
-                    .map_err(ClientError::Setup)?,
+                crate::metrics::serve(
+                    a,
+                    crate::metrics::Source::Client(hub.clone(), chanmgr.clone()),
+                )
+                .await
+                .map_err(ClientError::Setup)?,
             ),
             None => None,
         };

@@ -241,6 +241,8 @@ pub struct ChannelHandle {
     /// Wakes the reactor to hand conflux messages that other legs
     /// received in order to its streams.
     pub conflux_wake: Arc<tokio::sync::Notify>,
+    /// The channel's outbound queue (None for test handles).
+    pub(crate) queue: Option<onionmix_link::ChannelWriter>,
 }
 
 impl ChannelHandle {
@@ -255,8 +257,13 @@ impl ChannelHandle {
             peer_ed_id: None,
             hub: None,
             conflux_wake: Arc::default(),
+            queue: None,
         };
         (h, rx)
+    }
+    /// Bytes queued towards the peer and not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queue.as_ref().map_or(0, |q| q.queued_bytes())
     }
     /// Whether the reactor has exited.
     pub fn is_closed(&self) -> bool {

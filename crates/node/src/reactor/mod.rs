@@ -90,6 +90,7 @@ pub fn spawn_client_reactor(
     let (tx, rx) = mpsc::channel(CMD_QUEUE);
     let closed = Arc::new(AtomicBool::new(false));
     let conflux_wake = Arc::new(tokio::sync::Notify::new());
+    let queue = Some(io.tx.clone());
     let reactor = Reactor {
         io,
         stats,
@@ -115,6 +116,7 @@ pub fn spawn_client_reactor(
         peer_ed_id,
         hub: None,
         conflux_wake,
+        queue,
     }
 }
 
