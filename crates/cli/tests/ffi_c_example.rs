@@ -1,7 +1,7 @@
 //! The embedding examples on a private all-onionmix network: the C ABI
 //! (`onionmix-ffi`) from C and the Rust API's own example. Builds the
-//! library and the Rust example (`cargo build --release -p onionmix-ffi -p
-//! onionmix-embed --lib --example fetch`), compiles
+//! library and the Rust example (`cargo build --release --workspace --lib
+//! --examples`, up to date after `cargo test --workspace`), compiles
 //! `crates/ffi/examples/c/fetch.c` with `cc` twice (linked with
 //! `libonionmix.a`, and with `libonionmix.so` through an rpath), and runs
 //! the three programs: each starts the client in its own process,
@@ -81,16 +81,13 @@ fn build_libraries() -> PathBuf {
             cargo.env_remove(k.as_ref());
         }
     }
+    // The whole workspace's libraries and examples: the same feature
+    // resolution as `cargo test --workspace`, whose build already made
+    // them (`-p onionmix-ffi -p onionmix-embed` alone resolves features
+    // differently and rebuilt 17 crates, minutes on a 2-core machine).
     let status = cargo
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "onionmix-ffi",
-            "-p",
-            "onionmix-embed",
-        ])
-        .args(["--lib", "--example", "fetch", "--target-dir"])
+        .args(["build", "--release", "--workspace", "--lib", "--examples"])
+        .arg("--target-dir")
         .arg(target_dir)
         .current_dir(onionmix_testsupport::repo_root())
         .status()
