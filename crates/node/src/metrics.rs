@@ -26,7 +26,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub enum Source {
     /// A client's hub and its channels.
-    Client(Arc<ControlHub>, crate::client::chanmgr::ChanMgr),
+    Client(Arc<ControlHub>, Box<crate::client::chanmgr::ChanMgr>),
     /// A relay.
     Relay(Arc<RelayCtx>),
 }

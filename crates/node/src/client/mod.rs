@@ -283,7 +283,7 @@ impl Client {
             Some(a) => Some(
                 crate::metrics::serve(
                     a,
-                    crate::metrics::Source::Client(hub.clone(), chanmgr.clone()),
+                    crate::metrics::Source::Client(hub.clone(), Box::new(chanmgr.clone())),
                 )
                 .await
                 .map_err(ClientError::Setup)?,
