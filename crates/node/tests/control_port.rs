@@ -587,3 +587,56 @@ async fn ephemeral_onions_and_client_auth_without_network() {
     );
     assert!(!file.exists());
 }
+
+/// The unix control socket takes the whole protocol (cookie
+/// authentication, events, signals), and the client obeys RELOAD (a
+/// SIGNAL event, as tor) and SHUTDOWN.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_over_the_unix_socket() {
+    let f = start("").await;
+    let cookie = std::fs::read(f.dir.path().join("control_auth_cookie")).unwrap();
+    let s = tokio::net::UnixStream::connect(f.dir.path().join("control.sock"))
+        .await
+        .unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = tokio::io::BufReader::new(r);
+    // One reply (or event): lines up to the one with a space after its code.
+    async fn reply(r: &mut tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>) -> String {
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            let n = tokio::time::timeout(T, r.read_line(&mut line))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "the socket closed after {out:?}");
+            out.push_str(&line);
+            if line.as_bytes().get(3) == Some(&b' ') {
+                return out;
+            }
+        }
+    }
+    for (cmd, want) in [
+        (
+            format!("AUTHENTICATE {}", hex::encode(&cookie)),
+            "250 OK\r\n",
+        ),
+        ("SETEVENTS SIGNAL".to_string(), "250 OK\r\n"),
+        ("SIGNAL RELOAD".to_string(), "250 OK\r\n"),
+    ] {
+        w.write_all(format!("{cmd}\r\n").as_bytes()).await.unwrap();
+        assert_eq!(reply(&mut r).await, want, "{cmd}");
+    }
+    assert_eq!(reply(&mut r).await, "650 SIGNAL RELOAD\r\n");
+    // Still running.
+    assert!(socks_answers(&f.client).await);
+    w.write_all(b"SIGNAL SHUTDOWN\r\n").await.unwrap();
+    assert_eq!(reply(&mut r).await, "250 OK\r\n");
+    assert!(
+        tokio::time::timeout(T, f.client.shutdown_requested())
+            .await
+            .is_ok(),
+        "SIGNAL SHUTDOWN did not end the client"
+    );
+}
