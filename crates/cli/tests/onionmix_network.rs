@@ -144,15 +144,19 @@ fn download(info: &NetworkInfo, socks: SocketAddr, what: &str) {
 fn pinned_client(
     info: &NetworkInfo,
     dir: &std::path::Path,
-) -> (Extra, SocketAddr, std::path::PathBuf) {
+) -> (Extra, SocketAddr, SocketAddr, std::path::PathBuf) {
     let base =
         std::fs::read_to_string(node(info, "omclient0").data_dir.join("client.toml")).unwrap();
     let data = dir.join("pinned-client");
     std::fs::create_dir_all(&data).unwrap();
     let port = proc::free_port("127.0.0.1").unwrap();
+    let cport = proc::free_port("127.0.0.1").unwrap();
     let fp = |n: &str| node(info, n).fingerprint.clone().unwrap();
+    // Its own control port (cookie authentication, from the base config):
+    // the test asks it which circuit carries its stream.
     let mut cfg = format!(
-        "data_dir = {:?}\nsocks_listen = \"127.0.0.1:{port}\"\nentry_nodes = [\"{}\"]\nmiddle_nodes = [\"{}\", \"{}\"]\n",
+        "data_dir = {:?}\nsocks_listen = \"127.0.0.1:{port}\"\ncontrol_port = \"127.0.0.1:{cport}\"\n\
+         entry_nodes = [\"{}\"]\nmiddle_nodes = [\"{}\", \"{}\"]\n",
         data.display().to_string(),
         fp("omrelay0"),
         fp("omrelay1"),
@@ -174,7 +178,44 @@ fn pinned_client(
         .arg("--config")
         .arg(data.join("client.toml"));
     let child = proc::spawn(cmd, &data.join("client.log")).unwrap();
-    (Extra(child), SocketAddr::from(([127, 0, 0, 1], port)), data)
+    (
+        Extra(child),
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        SocketAddr::from(([127, 0, 0, 1], cport)),
+        data,
+    )
+}
+
+/// The middle relay (nickname) of the circuit that carries the client's
+/// stream to `target`, from its control port's stream-status and
+/// circuit-status.
+async fn middle_of_stream(
+    control: SocketAddr,
+    cookie: &std::path::Path,
+    target: SocketAddr,
+) -> Option<String> {
+    let t = Duration::from_secs(10);
+    let streams = onionmix_testbed::torctl::getinfo_lines(control, cookie, "stream-status", t)
+        .await
+        .ok()?;
+    // "<id> SUCCEEDED <circuit id> <target>"
+    let circ = streams.iter().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.len() >= 4 && f[1] == "SUCCEEDED" && f[3] == target.to_string())
+            .then(|| f[2].to_string())
+    })?;
+    let circuits = onionmix_testbed::torctl::getinfo_lines(control, cookie, "circuit-status", t)
+        .await
+        .ok()?;
+    // "<id> BUILT $FP~guard,$FP~middle,$FP~exit ..."
+    circuits.iter().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() < 3 || f[0] != circ {
+            return None;
+        }
+        let hop = f[2].split(',').nth(1)?;
+        Some(hop.split('~').nth(1)?.to_string())
+    })
 }
 
 /// A SOCKS connection through `proxy`, retried while the client starts.
@@ -300,7 +341,7 @@ fn onionmix_basic_network() {
     // middle it uses is killed; the stream ends promptly (no hang), the
     // next request succeeds over the other middle, and the killed relay
     // leaves the consensus.
-    let (pinned, psocks, pdir) = pinned_client(&info, &dir);
+    let (pinned, psocks, pcontrol, pdir) = pinned_client(&info, &dir);
     let (victim, got) = rt.block_on(async {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let target = onionmix_testbed::socks::Target::Addr(sink.http);
@@ -324,29 +365,26 @@ fn onionmix_basic_network() {
             assert!(n > 0, "stream ended early");
             got += n;
         }
-        // status.json is rewritten every second.
+        // The middle of the circuit this stream is on (the client may
+        // hold others for the same isolation, through the other middle).
+        // While we ask, nothing is read: flow control stalls the stream,
+        // so the transfer cannot finish before the kill.
+        let cookie = pdir.join("control_auth_cookie");
         let deadline = Instant::now() + Duration::from_secs(30);
         let middle = loop {
-            let text = std::fs::read_to_string(pdir.join("status.json")).unwrap_or_default();
-            let status: serde_json::Value =
-                serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-            let found = status["open_circuit_paths"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p.as_array())
-                .filter_map(|p| p.get(1)?.as_str())
-                .find(|m| *m == "omrelay1" || *m == "omrelay2")
-                .map(str::to_string);
-            if let Some(m) = found {
+            if let Some(m) = middle_of_stream(pcontrol, &cookie, sink.http).await {
                 break m;
             }
             assert!(
                 Instant::now() < deadline,
-                "no circuit through a pinned middle: {text}"
+                "the pinned client reports no circuit for its stream"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        assert!(
+            middle == "omrelay1" || middle == "omrelay2",
+            "the stream's middle is {middle}, not a pinned one"
+        );
         let v = node(&info, &middle).clone();
         assert!(proc::stop(v.pid, v.start_time, Duration::from_secs(1)));
         let t0 = Instant::now();

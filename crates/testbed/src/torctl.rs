@@ -273,10 +273,20 @@ async fn command_reply(
         }
         let mut lines = Vec::new();
         let mut line = String::new();
+        // Inside a data block (after `NNN+...`, up to a lone `.`) lines
+        // are data, whatever their fourth byte.
+        let mut in_data = false;
         loop {
             read_line(&mut rd, &mut line).await?;
             let l = line.trim_end().to_string();
-            let last = l.len() >= 4 && l.as_bytes()[3] == b' ';
+            if in_data {
+                in_data = l != ".";
+                lines.push(l);
+                continue;
+            }
+            let sep = l.as_bytes().get(3).copied();
+            in_data = sep == Some(b'+');
+            let last = l.len() >= 4 && sep == Some(b' ');
             lines.push(l);
             if last {
                 break;
@@ -317,6 +327,63 @@ pub async fn getinfo(
         })
         .map(str::to_string)
         .ok_or_else(|| format!("GETINFO {key}: no value in the answer"))
+}
+
+/// `GETINFO key` whose value may be a data block (`250+key=` ... `.`,
+/// e.g. `circuit-status`): its lines, without the block's end (a
+/// single-line value gives one line; an empty value none). A `5xx`
+/// answer is an error.
+pub async fn getinfo_lines(
+    addr: SocketAddr,
+    cookie_file: &Path,
+    key: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("bad GETINFO key {key:?}"));
+    }
+    let lines = command_reply(addr, cookie_file, &format!("GETINFO {key}"), timeout).await?;
+    getinfo_value_lines(&lines, key)
+}
+
+/// The value of `key` in a GETINFO reply's `lines` (see
+/// [`getinfo_lines`]).
+fn getinfo_value_lines(lines: &[String], key: &str) -> Result<Vec<String>, String> {
+    let last = lines.last().map(String::as_str).unwrap_or_default();
+    if !last.starts_with("250") {
+        return Err(format!("GETINFO {key}: {last}"));
+    }
+    let mut it = lines.iter();
+    while let Some(l) = it.next() {
+        if let Some(v) = l
+            .strip_prefix("250-")
+            .or_else(|| l.strip_prefix("250 "))
+            .and_then(|kv| kv.strip_prefix(key))
+            .and_then(|kv| kv.strip_prefix('='))
+        {
+            return Ok(if v.is_empty() {
+                vec![]
+            } else {
+                vec![v.to_string()]
+            });
+        }
+        if l.strip_prefix("250+")
+            .and_then(|kv| kv.strip_prefix(key))
+            .is_some_and(|kv| kv.starts_with('='))
+        {
+            return Ok(it
+                .by_ref()
+                .take_while(|d| d.as_str() != ".")
+                .map(|d| {
+                    d.strip_prefix('.')
+                        .filter(|_| d.starts_with(".."))
+                        .unwrap_or(d)
+                })
+                .map(str::to_string)
+                .collect());
+        }
+    }
+    Err(format!("GETINFO {key}: no value in the answer"))
 }
 
 /// `SIGNAL <name>` (e.g. `NEWNYM`) on a control port, stock tor's or an

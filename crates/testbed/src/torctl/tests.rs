@@ -179,6 +179,39 @@ async fn getinfo_reads_one_value() {
     );
 }
 
+/// Data-block values: every line up to the lone `.`, even lines whose
+/// fourth byte is a space (a three-digit stream ID), dot-unescaped.
+#[tokio::test]
+async fn getinfo_lines_reads_data_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cookie = tmp.path().join("control_auth_cookie");
+    std::fs::write(&cookie, [7u8; 32]).unwrap();
+    let cases: [(&'static str, Result<Vec<&str>, &str>); 4] = [
+        (
+            "250+stream-status=\r\n123 SUCCEEDED 7 127.0.0.1:80\r\n45 NEW 0 x:1\r\n..dot\r\n.\r\n250 OK\r\n",
+            Ok(vec!["123 SUCCEEDED 7 127.0.0.1:80", "45 NEW 0 x:1", ".dot"]),
+        ),
+        ("250-stream-status=\r\n250 OK\r\n", Ok(vec![])),
+        (
+            "250-stream-status=1 NEW 0 a:1\r\n250 OK\r\n",
+            Ok(vec!["1 NEW 0 a:1"]),
+        ),
+        ("552 Unrecognized key \"stream-status\"\r\n", Err("552")),
+    ];
+    for (answer, want) in cases {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(fake_getinfo(l, answer));
+        let got = getinfo_lines(addr, &cookie, "stream-status", Duration::from_secs(5)).await;
+        assert_eq!(server.await.unwrap(), "GETINFO stream-status\r\n");
+        match (got, want) {
+            (Ok(v), Ok(w)) => assert_eq!(v, w),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{e}"),
+            (got, want) => panic!("{answer:?}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
 /// Circuits: 1 built after 30 ms (no TIME_CREATED: timed from
 /// LAUNCHED), 2 failed, 3 timeout-measuring, 4 built but never seen
 /// launched, 5 created 500 ms before (TIME_CREATED), 6 one-hop, and
