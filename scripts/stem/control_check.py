@@ -263,6 +263,13 @@ def main():
             last_exit = exit_b or last_exit
         r["exit_flagged"] = len(exits)
         ev.close()
+        # The log reaches controllers as events: tor logs a notice when
+        # it is told to reload.
+        logs = Events(c, EventType.NOTICE)
+        c.signal(Signal.RELOAD)
+        got = logs.wait_for(lambda e: "Received reload signal" in e.message, 30)
+        r["reload_notice"] = got is not None
+        logs.close()
     print(json.dumps(r, sort_keys=True))
     return 0
 

@@ -79,6 +79,7 @@ const STEM_TRUE: &[&str] = &[
     "close_circuit_event",
     "newnym_signal_event",
     "newnym_new_circuits",
+    "reload_notice",
 ];
 
 #[test]

@@ -54,6 +54,10 @@ use onionmix_node::client::Client;
 pub use error::EmbedError;
 pub use onionmix_node::client::config::ClientConfig;
 pub use onionmix_node::client::control::hub::BootstrapPhase as BootstrapStatus;
+/// A `tracing` layer that sends the log (`info` and above) to the control
+/// port's controllers as NOTICE/WARN/ERR events; add it to the
+/// application's subscriber when the client has a control port.
+pub use onionmix_node::control::logs::layer as control_log_layer;
 pub use stream::{CircuitInfo, DataStream};
 pub use target::Target;
 

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::prelude::*;
 
 use crate::error::{Failure, OnionmixError};
 use crate::guard::{guard_code, utf8_arg};
@@ -121,10 +122,13 @@ pub unsafe extern "C" fn onionmix_log_init(
             Some(cb) => Sink::Callback(cb, ctx as usize),
             None => Sink::Stderr,
         };
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
+        let log = tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .with_writer(Lines(sink))
+            .with_filter(filter);
+        tracing_subscriber::registry()
+            .with(log)
+            .with(onionmix_embed::control_log_layer())
             .try_init()
             .map_err(|e| {
                 Failure::new(

@@ -158,7 +158,7 @@ pub fn client_text(h: &ControlHub, (channels, queued): (usize, usize)) -> String
         "Control connections refused at the limit or dropped for a full event queue.",
         &[
             ("reason=\"limit\"", l(&h.bus.refused)),
-            ("reason=\"event_queue_full\"", l(&h.bus.overflow)),
+            ("reason=\"event_queue_full\"", l(h.bus.overflow())),
         ],
     );
     metric(

@@ -477,7 +477,6 @@ impl Client {
                 }
             }
         }
-        info!("Bootstrapped 100% (done): Done");
         self.hub.bootstrap(100, "done", "Done");
         self.hub.log("NOTICE", "Bootstrapped 100% (done): Done");
         let _ = ready.send(true);

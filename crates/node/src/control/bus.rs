@@ -5,7 +5,7 @@
 //! whose queue fills is dropped rather than letting memory grow.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::mpsc;
 
@@ -28,81 +28,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Subscribers and what they want; counters for the metrics endpoint.
-pub struct EventBus {
+/// Who subscribed to what; shared with the process-wide log forwarder
+/// (`control::logs`), which holds it weakly.
+#[derive(Default)]
+pub(crate) struct Subscribers {
     interest: AtomicU64,
     subs: Mutex<Vec<Subscriber>>,
-    next_sub: AtomicU64,
-    /// Control connections refused at the connection limit.
-    pub refused: AtomicU64,
-    /// Unauthenticated control connections closed to make room for new
-    /// ones.
-    pub evicted: AtomicU64,
     /// Control connections dropped for a full event queue.
-    pub overflow: AtomicU64,
+    pub(crate) overflow: AtomicU64,
 }
 
-impl std::fmt::Debug for EventBus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventBus").finish()
-    }
-}
-
-impl Default for EventBus {
-    fn default() -> Self {
-        EventBus {
-            interest: AtomicU64::new(0),
-            subs: Mutex::new(Vec::new()),
-            next_sub: AtomicU64::new(1),
-            refused: AtomicU64::new(0),
-            evicted: AtomicU64::new(0),
-            overflow: AtomicU64::new(0),
-        }
-    }
-}
-
-impl EventBus {
-    /// Register a control connection; its id and event queue (None past
-    /// [`MAX_SUBSCRIBERS`]).
-    pub fn subscribe(&self) -> Option<(u64, mpsc::Receiver<Vec<u8>>)> {
-        let mut subs = lock(&self.subs);
-        if subs.len() >= MAX_SUBSCRIBERS {
-            return None;
-        }
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let id = self.next_sub.fetch_add(1, Ordering::Relaxed);
-        subs.push(Subscriber { id, mask: 0, tx });
-        Some((id, rx))
-    }
-
+impl Subscribers {
     fn recompute_interest(&self, subs: &[Subscriber]) {
         let m = subs.iter().fold(0, |a, s| a | s.mask);
         self.interest.store(m, Ordering::Relaxed);
     }
 
-    /// Change what a connection wants.
-    pub fn set_mask(&self, id: u64, mask: EventMask) {
-        let mut subs = lock(&self.subs);
-        if let Some(s) = subs.iter_mut().find(|s| s.id == id) {
-            s.mask = mask.0;
-        }
-        self.recompute_interest(&subs);
-    }
-
-    /// Forget a connection.
-    pub fn unsubscribe(&self, id: u64) {
-        let mut subs = lock(&self.subs);
-        subs.retain(|s| s.id != id);
-        self.recompute_interest(&subs);
-    }
-
     /// Whether anyone wants `event`.
-    pub fn wants(&self, event: &str) -> bool {
+    pub(crate) fn wants(&self, event: &str) -> bool {
         EventMask::bit(event).is_some_and(|b| self.interest.load(Ordering::Relaxed) & b != 0)
     }
 
     /// Send an event (built only if someone wants it).
-    pub fn emit(&self, event: &str, make: impl FnOnce() -> Vec<u8>) {
+    pub(crate) fn emit(&self, event: &str, make: impl FnOnce() -> Vec<u8>) {
         let Some(bit) = EventMask::bit(event) else {
             return;
         };
@@ -121,9 +69,89 @@ impl EventBus {
             self.recompute_interest(&subs);
         }
     }
+}
 
-    /// A NOTICE/WARN/ERR log event.
+/// Subscribers and what they want; counters for the metrics endpoint.
+/// Every bus also receives the process's log as NOTICE/WARN/ERR events
+/// when the log forwarder is installed ([`crate::control::logs`]).
+pub struct EventBus {
+    core: Arc<Subscribers>,
+    next_sub: AtomicU64,
+    /// Control connections refused at the connection limit.
+    pub refused: AtomicU64,
+    /// Unauthenticated control connections closed to make room for new
+    /// ones.
+    pub evicted: AtomicU64,
+}
+
+impl std::fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBus").finish()
+    }
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        let core = Arc::new(Subscribers::default());
+        crate::control::logs::register(&core);
+        EventBus {
+            core,
+            next_sub: AtomicU64::new(1),
+            refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+        }
+    }
+}
+
+impl EventBus {
+    /// Register a control connection; its id and event queue (None past
+    /// [`MAX_SUBSCRIBERS`]).
+    pub fn subscribe(&self) -> Option<(u64, mpsc::Receiver<Vec<u8>>)> {
+        let mut subs = lock(&self.core.subs);
+        if subs.len() >= MAX_SUBSCRIBERS {
+            return None;
+        }
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let id = self.next_sub.fetch_add(1, Ordering::Relaxed);
+        subs.push(Subscriber { id, mask: 0, tx });
+        Some((id, rx))
+    }
+
+    /// Change what a connection wants.
+    pub fn set_mask(&self, id: u64, mask: EventMask) {
+        let mut subs = lock(&self.core.subs);
+        if let Some(s) = subs.iter_mut().find(|s| s.id == id) {
+            s.mask = mask.0;
+        }
+        self.core.recompute_interest(&subs);
+    }
+
+    /// Forget a connection.
+    pub fn unsubscribe(&self, id: u64) {
+        let mut subs = lock(&self.core.subs);
+        subs.retain(|s| s.id != id);
+        self.core.recompute_interest(&subs);
+    }
+
+    /// Whether anyone wants `event`.
+    pub fn wants(&self, event: &str) -> bool {
+        self.core.wants(event)
+    }
+
+    /// Send an event (built only if someone wants it).
+    pub fn emit(&self, event: &str, make: impl FnOnce() -> Vec<u8>) {
+        self.core.emit(event, make);
+    }
+
+    /// Control connections dropped for a full event queue.
+    pub fn overflow(&self) -> &AtomicU64 {
+        &self.core.overflow
+    }
+
+    /// A NOTICE/WARN/ERR log event for this bus's controllers only, also
+    /// written to the log (not forwarded again by the log forwarder).
     pub fn log(&self, severity: &str, msg: &str) {
+        crate::control::logs::mirror(severity, msg);
         self.emit(severity, || reply::log_event(severity, msg));
     }
 }

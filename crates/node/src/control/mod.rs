@@ -1,12 +1,13 @@
 //! What every node's control port shares (clients, relays, authorities):
 //! the sockets and per-connection tasks (`server`), the event fan-out
-//! (`bus`), controller ownership (TAKEOWNERSHIP, `__OwningControllerProcess`)
+//! (`bus`), the log as NOTICE/WARN/ERR events (`logs`), controller ownership (TAKEOWNERSHIP, `__OwningControllerProcess`)
 //! and the network-status entries `GETINFO ns/*` prints. The protocol is
 //! `onionmix_frontend::control`; each node's side of the commands is its
 //! own backend (`client::control::backend`, `relay::control`).
 
 pub mod bus;
 pub mod counted;
+pub mod logs;
 pub mod server;
 
 use std::collections::BTreeMap;

@@ -108,7 +108,9 @@ fn nothing_is_formatted_for_nobody_and_full_queues_drop_the_subscriber() {
         "the subscriber with a full queue was not dropped"
     );
     assert_eq!(
-        hub.bus.overflow.load(std::sync::atomic::Ordering::Relaxed),
+        hub.bus
+            .overflow()
+            .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
     drop(rx);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tracing::{info, warn};
+use tracing::{debug, info};
 
 use onionmix_frontend::control::events::EventMask;
 use onionmix_frontend::control::reply;
@@ -218,8 +218,10 @@ impl RelayBackend {
     }
 
     fn reload(&self) {
+        // Tor's notice, word for word (controllers watch for it).
+        info!("Received reload signal (hup). Reloading config and resetting internal state.");
         let Some(p) = &self.cfg().config_path else {
-            info!("RELOAD: no configuration file");
+            debug!("RELOAD: no configuration file");
             return;
         };
         // An authority's file has the authority's schema.
@@ -229,9 +231,8 @@ impl RelayBackend {
             RelayConfig::load(p).map(|_| ())
         };
         match checked {
-            Ok(()) => info!("configuration reloaded; options that need a restart are kept"),
+            Ok(()) => debug!("configuration checked; options that need a restart are kept"),
             Err(e) => {
-                warn!("reloading the configuration failed: {e}");
                 self.node
                     .ctx
                     .control

@@ -188,7 +188,6 @@ impl RelayControlNode {
         let msg = format!(
             "Interrupt: we have stopped accepting new connections, and will shut down in {wait} seconds. Interrupt again to exit now."
         );
-        info!("{msg}");
         self.ctx.control.bus.log("NOTICE", &msg);
         self.owner.request_shutdown_in(Duration::from_secs(wait));
     }

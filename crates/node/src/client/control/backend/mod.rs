@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tracing::{info, warn};
+use tracing::{debug, info};
 
 use onionmix_frontend::control::events::EventMask;
 use onionmix_frontend::control::{
@@ -137,7 +137,6 @@ impl ClientBackend {
             Some(d) if d.is_zero() => apply(),
             Some(d) => {
                 let secs = d.as_secs_f64().ceil() as u64;
-                info!("Rate limiting NEWNYM request: delaying by {secs} second(s)");
                 self.ctx.hub.log(
                     "NOTICE",
                     &format!("Rate limiting NEWNYM request: delaying by {secs} second(s)"),
@@ -199,17 +198,20 @@ impl Backend for ClientBackend {
                 return;
             }
             Signal::Reload => {
+                // Tor's notice, word for word (controllers watch for it).
+                info!(
+                    "Received reload signal (hup). Reloading config and resetting internal state."
+                );
                 match &self.cfg().config_path {
                     Some(p) => match ClientConfig::load(p) {
                         Ok(_) => {
-                            info!("configuration reloaded; options that need a restart are kept")
+                            debug!("configuration checked; options that need a restart are kept")
                         }
                         Err(e) => {
-                            warn!("reloading the configuration failed: {e}");
                             hub.log("WARN", &format!("Reloading config failed: {e}"));
                         }
                     },
-                    None => info!("RELOAD: no configuration file"),
+                    None => debug!("RELOAD: no configuration file"),
                 }
                 "RELOAD"
             }
