@@ -15,6 +15,7 @@ different exit when the network has two), CLOSECIRCUIT, BW events.
 import argparse
 import hashlib
 import json
+import os
 import queue
 import signal
 import sys
@@ -177,6 +178,12 @@ def main():
         # Every microdescriptor (GETINFO md/all), as stem parses them.
         mds = list(c.get_microdescriptors())
         r["md_all_parses"] = len(mds) >= 3 and all(md.ntor_onion_key for md in mds)
+        # One microdescriptor by identity (GETINFO md/id/...), and the
+        # configuration file the client was started with.
+        md = c.get_microdescriptor(path[2], None)
+        r["md_id_parses"] = md is not None and bool(md.ntor_onion_key)
+        config_file = c.get_info("config-file", "")
+        r["config_file_exists"] = bool(config_file) and os.path.isfile(config_file)
         ev.drain()
         ev.seen.clear()
         cid = c.new_circuit(path, await_build=True, timeout=90)
@@ -184,6 +191,34 @@ def main():
         r["chosen_path_built"] = [fp for fp, _ in circ.path] == path and circ.status == CircStatus.BUILT
         seen = [e.status for e in ev.drain() if e.type == "CIRC" and e.id == cid]
         r["circ_events"] = [k for k in ("LAUNCHED", "EXTENDED", "BUILT") if k in seen]
+
+        # ORCONN: a circuit whose first hop the client has no connection
+        # to opens one (LAUNCHED, then CONNECTED).
+        connected = set()
+        for line in c.get_info("orconn-status", "").splitlines():
+            name = line.split(" ")[0]
+            if name.startswith("$"):
+                connected.add(name[1:41].upper())
+        fps = [s.fingerprint for s in c.get_network_statuses()]
+        first = next((fp for fp in fps if fp not in connected and fp != path[2]), None)
+        if first is None:
+            r["orconn_events"] = "every relay already connected"
+        else:
+            orc = Events(c, EventType.ORCONN)
+            mid = next(fp for fp in fps if fp not in (first, path[2]))
+            c.new_circuit([first, mid, path[2]], await_build=True, timeout=90)
+            orc.wait_for(
+                lambda e: e.endpoint_fingerprint == first and e.status == "CONNECTED", 30
+            )
+            statuses = [e.status for e in orc.drain() if e.endpoint_fingerprint == first]
+            r["orconn_events"] = [k for k in ("LAUNCHED", "CONNECTED") if k in statuses]
+            orc.close()
+
+        # CIRC_BW: a circuit that carried bytes is reported.
+        cbw = Events(c, EventType.CIRC_BW)
+        verified_download(socks, sink, 300000)
+        r["circ_bw_event"] = cbw.wait_for(lambda e: e.read > 0 and e.written > 0, 10) is not None
+        cbw.close()
 
         # EXTENDCIRCUIT on a built circuit: guard and middle first, then
         # the exit added to the same circuit.
@@ -220,6 +255,41 @@ def main():
         ev.seen.clear()
         r["attached_download_ok"] = verified_download(socks, sink, 50000)
         c.remove_event_listener(attach)
+
+        # CLOSESTREAM on a stream the controller holds unattached: the
+        # application's SOCKS request fails, STREAM reports the end.
+        held = queue.Queue()
+
+        def hold(e):
+            if e.type == "STREAM" and e.status == StreamStatus.NEW and e.target == target:
+                held.put(e.id)
+
+        c.add_event_listener(hold, EventType.STREAM)
+        ev.drain()
+        ev.seen.clear()
+        socks_code = {}
+
+        def fetch():
+            try:
+                socks_code["code"] = common.socks_get(socks, sink[0], sink[1], "/bytes/1000", timeout=60)[0]
+            except Exception as exc:  # noqa: BLE001 - reported in the result
+                socks_code["code"] = "error: %s" % exc
+
+        t = threading.Thread(target=fetch)
+        t.start()
+        try:
+            sid = held.get(timeout=30)
+        except queue.Empty:
+            sid = None
+        if sid is not None:
+            c.close_stream(sid)
+        t.join(60)
+        c.remove_event_listener(hold)
+        time.sleep(1)
+        r["closestream_events"] = [
+            e.status for e in ev.drain() if e.type == "STREAM" and e.id == sid and e.status != StreamStatus.NEW
+        ]
+        r["closestream_socks_code"] = socks_code.get("code")
         c.reset_conf("__LeaveStreamsUnattached")
         r["attach_ok"] = attached.get("ok", False)
         r["attached_to_chosen"] = stream_circuit(ev, target) == short

@@ -65,6 +65,9 @@ const STEM_TRUE: &[&str] = &[
     "circuit_status_parses",
     "has_built_circuit",
     "md_all_parses",
+    "md_id_parses",
+    "config_file_exists",
+    "circ_bw_event",
     "download_ok",
     "bw_events",
     "stream_status_parses",
@@ -175,6 +178,23 @@ fn stem_and_bine_drive_both_clients() {
             assert_eq!(r["extend_unknown"], "Unknown circuit \"987654\"", "{r}");
             assert_eq!(r["extend_no_path"], "syntax error: path required.", "{r}");
         }
+        // A controller-chosen first hop the client had no link to: ORCONN
+        // LAUNCHED then CONNECTED (stock tor may already hold a link to
+        // every relay; then only ours is checked).
+        assert_eq!(
+            a["orconn_events"],
+            serde_json::json!(["LAUNCHED", "CONNECTED"]),
+            "{a}"
+        );
+        // CLOSESTREAM on a held stream: the application hears a failure.
+        assert!(
+            a["closestream_socks_code"].as_u64().is_some_and(|c| c != 0),
+            "{a}"
+        );
+        assert!(
+            !a["closestream_events"].as_array().unwrap().is_empty(),
+            "{a}"
+        );
         // Same results, except whether and when NEWNYM moved the stream to
         // the other exit: ours avoids the previous exit at the first
         // NEWNYM; stock tor draws the exit again and may keep the same one
@@ -184,6 +204,9 @@ fn stem_and_bine_drive_both_clients() {
             let o = v.as_object_mut().unwrap();
             o.remove("newnym_attempts");
             o.remove("newnym_exit_changed");
+            if b["orconn_events"].is_string() {
+                o.remove("orconn_events");
+            }
             v
         };
         assert_eq!(strip(&a), strip(&b));

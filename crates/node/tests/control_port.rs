@@ -640,3 +640,65 @@ async fn signals_over_the_unix_socket() {
         "SIGNAL SHUTDOWN did not end the client"
     );
 }
+
+/// Tor's automatic dormancy (`DormantClientTimeout`): an idle client goes
+/// dormant by itself; a new SOCKS stream wakes it, and an open stream
+/// keeps it awake (`DormantTimeoutDisabledByIdleStreams`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_goes_dormant_and_a_stream_wakes_it() {
+    // Timeouts under 10 minutes need a testing network, as in tor.
+    let f = start(
+        "testing_network = true\ndormant_client_timeout_secs = 2\nstream_timeout_secs = 20\n",
+    )
+    .await;
+    let mut c = Ctl::auth(f.control, f.dir.path()).await;
+    assert_eq!(
+        c.cmd(
+            "GETCONF DormantClientTimeout DormantTimeoutEnabled DormantTimeoutDisabledByIdleStreams"
+        )
+        .await,
+        "250-DormantClientTimeout=2\r\n250-DormantTimeoutEnabled=1\r\n250 DormantTimeoutDisabledByIdleStreams=1\r\n"
+    );
+    async fn wait_dormant(c: &mut Ctl, want: &str) {
+        let line = format!("250-dormant={want}\r\n250 OK\r\n");
+        for _ in 0..600 {
+            if c.cmd("GETINFO dormant").await == line {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("GETINFO dormant never became {want}");
+    }
+    wait_dormant(&mut c, "1").await;
+
+    // A stream waiting for a bootstrap that never comes: it wakes the
+    // client and, while it is open, keeps it awake.
+    let mut s = TcpStream::connect(f.client.socks_addr).await.unwrap();
+    s.write_all(b"\x05\x01\x00").await.unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).await.unwrap();
+    let name = b"example.com";
+    let mut req = vec![5, 1, 0, 3, name.len() as u8];
+    req.extend_from_slice(name);
+    req.extend_from_slice(&[0, 80]);
+    s.write_all(&req).await.unwrap();
+    wait_dormant(&mut c, "0").await;
+    // Three timeouts long, read only while the stream is still listed.
+    let until = tokio::time::Instant::now() + Duration::from_secs(6);
+    let mut checked = 0;
+    while tokio::time::Instant::now() < until {
+        let streams = c.cmd("GETINFO stream-status").await;
+        let dormant = c.cmd("GETINFO dormant").await;
+        let still_open = c.cmd("GETINFO stream-status").await;
+        if streams.contains("example.com:80") && still_open.contains("example.com:80") {
+            assert_eq!(dormant, "250-dormant=0\r\n250 OK\r\n", "{streams}");
+            checked += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(checked > 0, "the stream was never listed");
+    // Once it ends (its stream timeout), idleness puts the client to
+    // sleep again.
+    drop(s);
+    wait_dormant(&mut c, "1").await;
+}

@@ -170,6 +170,10 @@ pub(super) struct Shared {
     /// and the directory is not refreshed until a stream or `ACTIVE`
     /// wakes the client.
     dormant: std::sync::atomic::AtomicBool,
+    /// The last user activity (a new stream, `SIGNAL ACTIVE`, an open
+    /// stream seen by the dormancy check): what `DormantClientTimeout`
+    /// counts from.
+    last_activity: Mutex<Instant>,
 }
 
 /// The circuit manager.
@@ -233,6 +237,7 @@ impl CircMgr {
                 hs_pool: Default::default(),
                 conflux: Mutex::new(None),
                 dormant: std::sync::atomic::AtomicBool::new(false),
+                last_activity: Mutex::new(Instant::now()),
             }),
         }
     }
@@ -775,10 +780,32 @@ impl CircMgr {
     /// for streams are still built, and a new stream wakes it (the SOCKS
     /// front end and the embedding API call this with `false`).
     pub fn set_dormant(&self, dormant: bool) {
+        if !dormant {
+            self.note_activity();
+        }
         let was = self.inner.dormant.swap(dormant, Ordering::Relaxed);
         if was && !dormant {
             self.inner.wake.notify_one();
         }
+    }
+
+    /// User activity now: the idle time that makes the client dormant
+    /// (`client::dormancy`) starts again.
+    pub fn note_activity(&self) {
+        *self
+            .inner
+            .last_activity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// Time since the last user activity.
+    pub fn idle_for(&self) -> Duration {
+        self.inner
+            .last_activity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
     }
 
     /// Whether the manager is dormant.

@@ -60,6 +60,19 @@ pub struct ClientConfig {
     /// this and twice this (tor's `CircuitsAvailableTimeout`).
     #[serde(default = "default_available")]
     pub circuits_available_timeout_secs: u64,
+    /// Go dormant after this long without user activity (tor's
+    /// `DormantClientTimeout`: 24 hours, at least 10 minutes; any
+    /// positive value in a testing network).
+    #[serde(default = "default_dormant_timeout")]
+    pub dormant_client_timeout_secs: u64,
+    /// Whether idleness makes the client dormant at all (tor's
+    /// `DormantTimeoutEnabled`).
+    #[serde(default = "default_true")]
+    pub dormant_timeout_enabled: bool,
+    /// Open streams count as activity (tor's
+    /// `DormantTimeoutDisabledByIdleStreams`).
+    #[serde(default = "default_true")]
+    pub dormant_timeout_disabled_by_idle_streams: bool,
     /// Vanguards-lite (proposal 333; tor's `VanguardsLiteEnabled`, on by
     /// default): the second hop of onion-service circuits comes from a
     /// small set of layer 2 guards kept for days.
@@ -230,6 +243,11 @@ fn default_true() -> bool {
 fn default_available() -> u64 {
     30 * 60
 }
+fn default_dormant_timeout() -> u64 {
+    24 * 3600
+}
+/// Tor's least `DormantClientTimeout` outside testing networks.
+const MIN_DORMANT_TIMEOUT_SECS: u64 = 600;
 fn default_dirtiness() -> u64 {
     600
 }
@@ -383,7 +401,28 @@ impl ClientConfig {
         {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
         }
+        let least = if self.testing_network {
+            1
+        } else {
+            MIN_DORMANT_TIMEOUT_SECS
+        };
+        if self.dormant_client_timeout_secs < least
+            || self.dormant_client_timeout_secs > u64::from(u32::MAX)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "dormant_client_timeout_secs must be at least {least} (10 minutes outside testing networks)"
+            )));
+        }
         Ok(())
+    }
+
+    /// When idleness makes the client dormant.
+    pub fn dormancy(&self) -> super::dormancy::DormancyConfig {
+        super::dormancy::DormancyConfig {
+            enabled: self.dormant_timeout_enabled,
+            timeout: Duration::from_secs(self.dormant_client_timeout_secs),
+            streams_keep_awake: self.dormant_timeout_disabled_by_idle_streams,
+        }
     }
 
     /// The pinned relays per position.
@@ -476,6 +515,23 @@ mod tests {
         assert!(ClientConfig::parse(&public).is_err());
         let unknown = format!("{}\nbogus = 1\n", good());
         assert!(ClientConfig::parse(&unknown).is_err());
+    }
+
+    #[test]
+    fn dormancy_options_follow_tor() {
+        let c = ClientConfig::parse(&good()).unwrap();
+        let d = c.dormancy();
+        assert!(d.enabled && d.streams_keep_awake);
+        assert_eq!(d.timeout, Duration::from_secs(24 * 3600));
+        // Short timeouts only in testing networks (tor: at least 10 minutes).
+        let short = format!("dormant_client_timeout_secs = 5\n{}", good());
+        assert!(ClientConfig::parse(&short).is_ok());
+        let real = short.replace("testing_network = true", "testing_network = false");
+        assert!(ClientConfig::parse(&real).is_err());
+        let ten = real.replace("= 5\n", "= 600\n");
+        assert!(ClientConfig::parse(&ten).is_ok());
+        let zero = format!("dormant_client_timeout_secs = 0\n{}", good());
+        assert!(ClientConfig::parse(&zero).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod conflux;
 pub mod connect;
 pub mod control;
 pub mod dir;
+pub mod dormancy;
 pub mod hs;
 pub mod preemptive;
 pub mod socks;
@@ -309,6 +310,9 @@ impl Client {
         let c = client.clone();
         tokio::spawn(async move { c.bootstrap_and_maintain(ready_tx, dir_ready_tx).await });
         let c = client.clone();
+        let dormancy = cfg.dormancy();
+        tokio::spawn(async move { c.watch_dormancy(dormancy).await });
+        let c = client.clone();
         let status_path = cfg.data_dir.join("status.json");
         tokio::spawn(async move { c.write_status_forever(status_path).await });
         Ok(client)
@@ -347,6 +351,29 @@ impl Client {
             "onion_services": self.services.iter().map(|s| s.status()).collect::<Vec<_>>(),
             "ephemeral_onion_services": self.onions.handles().iter().map(|s| s.status()).collect::<Vec<_>>(),
         })
+    }
+
+    /// Go dormant after the configured idle time (`dormancy`).
+    async fn watch_dormancy(self, cfg: dormancy::DormancyConfig) {
+        loop {
+            tokio::time::sleep(dormancy::interval(&cfg)).await;
+            let verdict = dormancy::check(
+                &cfg,
+                self.circmgr.is_dormant(),
+                self.circmgr.idle_for(),
+                self.hub.open_streams(),
+                self.services.len() + self.onions.len(),
+            );
+            match verdict {
+                dormancy::Verdict::Active => self.circmgr.note_activity(),
+                dormancy::Verdict::Idle => {}
+                dormancy::Verdict::FallAsleep => {
+                    // Tor's notice, word for word.
+                    info!("No user activity in a long time: becoming dormant.");
+                    self.circmgr.set_dormant(true);
+                }
+            }
+        }
     }
 
     async fn write_status_forever(self, path: std::path::PathBuf) {

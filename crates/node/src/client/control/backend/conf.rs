@@ -32,6 +32,9 @@ pub(super) const OPTIONS: &[(&str, &str)] = &[
     ("ClientOnly", "Boolean"),
     ("ORPort", "LineList"),
     ("SafeSocks", "Boolean"),
+    ("DormantClientTimeout", "TimeInterval"),
+    ("DormantTimeoutEnabled", "Boolean"),
+    ("DormantTimeoutDisabledByIdleStreams", "Boolean"),
 ];
 
 /// A SocksPort value: `PORT` (on 127.0.0.1) or `ADDRESS:PORT`; no flags.
@@ -90,6 +93,11 @@ impl ClientBackend {
             }
             "UseMicrodescriptors" | "ClientOnly" => vec![Some("1".into())],
             "SafeSocks" => vec![Some("0".into())],
+            "DormantClientTimeout" => vec![Some(c.dormant_client_timeout_secs.to_string())],
+            "DormantTimeoutEnabled" => vec![Some(bool01(c.dormant_timeout_enabled))],
+            "DormantTimeoutDisabledByIdleStreams" => {
+                vec![Some(bool01(c.dormant_timeout_disabled_by_idle_streams))]
+            }
             _ => vec![None],
         }
     }
