@@ -93,7 +93,7 @@ pub async fn connect(
         } else {
             attempt_timeout(attempt).min(left)
         };
-        let circ = match circuit_for(&ctx, &tr, &key, Some(req.port)).await {
+        let circ = match circuit_for(&ctx, &mut tr, &key, Some(req.port)).await {
             Ok(c) => c,
             Err(e) => {
                 if !replied {

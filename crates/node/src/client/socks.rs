@@ -390,7 +390,7 @@ fn refusal_reason(kind: &HostKind) -> &'static str {
 /// streams, otherwise the circuit manager's.
 pub(super) async fn circuit_for(
     ctx: &SocksContext,
-    tr: &Tracked,
+    tr: &mut Tracked,
     key: &IsolationKey,
     port: Option<u16>,
 ) -> Result<Arc<super::circuit::Circuit>, String> {
@@ -426,7 +426,7 @@ async fn resolve(
             return Ok(());
         }
     };
-    let circ = match circuit_for(&ctx, &tr, &key, None).await {
+    let circ = match circuit_for(&ctx, &mut tr, &key, None).await {
         Ok(c) => c,
         Err(e) => {
             let _ = sock

@@ -578,6 +578,14 @@ impl ControlHub {
         e.status.reason = reason;
         e.status.remote_reason = remote_reason;
         let line = e.status.event_line();
+        // As tor: a stream that fails is then closed, and controllers see
+        // both (FAILED when the application is answered, CLOSED, with the
+        // same reasons, when the connection goes).
+        let closed_line = (status == "FAILED").then(|| {
+            let mut c = e.status.clone();
+            c.status = "CLOSED";
+            c.event_line()
+        });
         if matches!(status, "CLOSED" | "FAILED") {
             s.remove(&id);
         }
@@ -609,6 +617,9 @@ impl ControlHub {
             }
         }
         self.emit("STREAM", || reply::event(&format!("STREAM {line}")));
+        if let Some(l) = closed_line {
+            self.emit("STREAM", || reply::event(&format!("STREAM {l}")));
+        }
     }
 
     /// Run `f` on a stream entry.

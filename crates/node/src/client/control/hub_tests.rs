@@ -138,7 +138,7 @@ fn stream_lifecycle() {
     hub.stream_status(id, "SENTCONNECT", Some(7), None, None);
     hub.stream_status(id, "FAILED", None, None, Some("CONNECTREFUSED"));
     assert_eq!(hub.stream_status_text(), "");
-    let evs: Vec<String> = (0..3)
+    let evs: Vec<String> = (0..4)
         .map(|_| String::from_utf8(rx.try_recv().unwrap()).unwrap())
         .collect();
     assert!(evs[0].starts_with(&format!(
@@ -148,6 +148,11 @@ fn stream_lifecycle() {
     assert!(evs[2].starts_with(&format!(
         "650 STREAM {id} FAILED 7 127.0.0.1:80 REASON=END REMOTE_REASON=CONNECTREFUSED"
     )));
+    // Then CLOSED with the same reasons, as tor sends it.
+    assert!(evs[3].starts_with(&format!(
+        "650 STREAM {id} CLOSED 7 127.0.0.1:80 REASON=END REMOTE_REASON=CONNECTREFUSED"
+    )));
+    assert!(rx.try_recv().is_err());
 }
 
 #[test]

@@ -95,8 +95,10 @@ impl Tracked {
         self.hub.leave_unattached.load(Ordering::Relaxed)
     }
 
-    /// Wait for ATTACHSTREAM; None on timeout or if the stream is gone.
-    pub async fn wait_attach(&self) -> Option<Arc<Circuit>> {
+    /// Wait for ATTACHSTREAM; None on timeout, if the stream is gone, or
+    /// if CLOSESTREAM names it first (tor then fails the stream: the
+    /// caller answers the application and reports FAILED and CLOSED).
+    pub async fn wait_attach(&mut self) -> Option<Arc<Circuit>> {
         let (tx, rx) = oneshot::channel();
         self.hub.with_stream(self.id, |e| e.attach = Some(tx))?;
         self.hub.emit("STREAM", || {
@@ -108,7 +110,28 @@ impl Tracked {
                     .unwrap_or_default()
             ))
         });
-        tokio::time::timeout(ATTACH_TIMEOUT, rx).await.ok()?.ok()
+        // The close request is only borrowed: an attached stream can still
+        // be closed later (`close_requested`).
+        let mut close = self.close_rx.take();
+        let closed = async {
+            match close.as_mut() {
+                Some(c) => {
+                    let _ = c.await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let attached = tokio::select! {
+            r = tokio::time::timeout(ATTACH_TIMEOUT, rx) => Some(r.ok().and_then(|c| c.ok())),
+            _ = closed => None,
+        };
+        match attached {
+            Some(c) => {
+                self.close_rx = close;
+                c
+            }
+            None => None,
+        }
     }
 
     /// The stream is sent on `circ` (SENTCONNECT / SENTRESOLVE).
