@@ -11,7 +11,8 @@ relay's identity and listeners, its bootstrap, descriptor and
 reachability status, its own network-status entry, GETCONF of relay
 options, __OwningControllerProcess set and reset, unknown keys refused,
 traffic counters, orconn-status and circuit-status parsing, BW events,
-SIGNAL HEARTBEAT and RELOAD with their SIGNAL events.
+SIGNAL HEARTBEAT and RELOAD with their SIGNAL events, RELOAD's notice as
+a NOTICE event.
 """
 
 import argparse
@@ -121,7 +122,7 @@ def main():
         r["circuit_status_parses"] = isinstance(c.get_circuits(), list)
 
         q = queue.Queue()
-        c.add_event_listener(q.put, EventType.BW, EventType.SIGNAL)
+        c.add_event_listener(q.put, EventType.BW, EventType.SIGNAL, EventType.NOTICE)
 
         def wait_for(pred, timeout):
             deadline = time.time() + timeout
@@ -138,9 +139,21 @@ def main():
         c.signal(Signal.HEARTBEAT)
         r["heartbeat_event"] = wait_for(
             lambda e: e.type == "SIGNAL" and e.signal == Signal.HEARTBEAT, 10)
+        # RELOAD: its SIGNAL event, and tor's notice in the log (which
+        # reaches controllers as a NOTICE event), in either order.
         c.signal(Signal.RELOAD)
-        r["reload_event"] = wait_for(
-            lambda e: e.type == "SIGNAL" and e.signal == Signal.RELOAD, 10)
+        seen = {"signal": False, "notice": False}
+
+        def reload_seen(e):
+            if e.type == "SIGNAL" and e.signal == Signal.RELOAD:
+                seen["signal"] = True
+            if e.type == "NOTICE" and "Received reload signal" in e.message:
+                seen["notice"] = True
+            return seen["signal"] and seen["notice"]
+
+        wait_for(reload_seen, 15)
+        r["reload_event"] = seen["signal"]
+        r["reload_notice"] = seen["notice"]
         r["still_answers"] = c.get_info("fingerprint") == fp
         c.remove_event_listener(q.put)
     print(json.dumps(r, sort_keys=True))

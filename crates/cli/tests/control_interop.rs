@@ -267,6 +267,7 @@ const RELAY_TRUE: &[&str] = &[
     "bw_events",
     "heartbeat_event",
     "reload_event",
+    "reload_notice",
     "still_answers",
 ];
 
