@@ -272,10 +272,15 @@ def main():
                 l for l in fc.get_info("circuit-status", "").splitlines()
                 if l.split(" ")[0] in rend_circs
             ]
-            r["fetch_rend_circuit_status"] = bool(rows) and all(
-                " BUILD_FLAGS=IS_INTERNAL,NEED_CAPACITY,NEED_UPTIME PURPOSE=HS_CLIENT_REND"
-                " HS_STATE=HSCR_JOINED REND_QUERY=%s " % sid in l for l in rows
+            # NEED_UPTIME shows when the circuit was taken from those built
+            # ahead for onion services; stock tor builds a new rendezvous
+            # circuit without it (hs_client.c asks IS_INTERNAL and
+            # NEED_CAPACITY), so either is tor's shape.
+            rend_shape = re.compile(
+                r" BUILD_FLAGS=IS_INTERNAL,NEED_CAPACITY(,NEED_UPTIME)? PURPOSE=HS_CLIENT_REND"
+                r" HS_STATE=HSCR_JOINED REND_QUERY=%s " % re.escape(sid)
             )
+            r["fetch_rend_circuit_status"] = bool(rows) and all(rend_shape.search(l) for l in rows)
             if rows:
                 r["fetch_rend_circuit_status_example"] = re.sub(r"^\S+ \S+ \S+ ", "<id> <status> <path> ", rows[0].replace(sid, "<id>"))
             if streams:
