@@ -127,10 +127,13 @@ async fn update_quic_directory(
             ))
         })
         .collect();
+    // Only relays whose microdescriptor we hold are known: one listed
+    // without it (not fetched yet) stays unknown, so an extension towards
+    // it waits for the directory loop instead of taking TLS for good on a
+    // link that then stays open.
     ctx.quic.set_directory(
-        dir.listed()
-            .iter()
-            .map(|l| (l.rsa_id, quic.get(&l.rsa_id).copied())),
+        dir.relays()
+            .map(|r| (r.rsa_id, quic.get(&r.rsa_id).copied())),
     );
     let complete = dir.missing_microdescs().is_empty();
     *nd = Some(dir);
