@@ -52,18 +52,25 @@ async fn socks_answers(client: &Client) -> bool {
     socks_answers_at(client.socks_addr).await
 }
 
-async fn socks_answers_at(a: SocketAddr) -> bool {
-    let Ok(mut s) = TcpStream::connect(a).await else {
-        return false;
-    };
+/// A SOCKS5 CONNECT to `name` port 80 sent on `a` (no reply read); None
+/// if nothing listens there.
+async fn socks_connect(a: SocketAddr, name: &[u8]) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(a).await.ok()?;
     s.write_all(b"\x05\x01\x00").await.unwrap();
     let mut b = [0u8; 2];
     s.read_exact(&mut b).await.unwrap();
-    let name = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.onion";
     let mut req = vec![5, 1, 0, 3, name.len() as u8];
     req.extend_from_slice(name);
     req.extend_from_slice(&[0, 80]);
     s.write_all(&req).await.unwrap();
+    Some(s)
+}
+
+async fn socks_answers_at(a: SocketAddr) -> bool {
+    let name = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.onion";
+    let Some(mut s) = socks_connect(a, name).await else {
+        return false;
+    };
     let mut rep = [0u8; 10];
     matches!(
         tokio::time::timeout(T, s.read_exact(&mut rep)).await,
@@ -673,15 +680,9 @@ async fn an_idle_client_goes_dormant_and_a_stream_wakes_it() {
 
     // A stream waiting for a bootstrap that never comes: it wakes the
     // client and, while it is open, keeps it awake.
-    let mut s = TcpStream::connect(f.client.socks_addr).await.unwrap();
-    s.write_all(b"\x05\x01\x00").await.unwrap();
-    let mut b = [0u8; 2];
-    s.read_exact(&mut b).await.unwrap();
-    let name = b"example.com";
-    let mut req = vec![5, 1, 0, 3, name.len() as u8];
-    req.extend_from_slice(name);
-    req.extend_from_slice(&[0, 80]);
-    s.write_all(&req).await.unwrap();
+    let s = socks_connect(f.client.socks_addr, b"example.com")
+        .await
+        .expect("SOCKS port");
     wait_dormant(&mut c, "0").await;
     // Three timeouts long, read only while the stream is still listed.
     let until = tokio::time::Instant::now() + Duration::from_secs(6);
