@@ -127,6 +127,19 @@ impl QuicCongestion {
     }
 }
 
+/// [`QuicLimits::max_udp_payload`] by default: 6 KiB, four times
+/// Ethernet's packets, so a loopback or jumbo-frame transfer pays the
+/// per-packet work (packet protection, frames, ACKs, system calls) a
+/// quarter as often.
+pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = 6 * 1024;
+/// The smallest UDP payload QUIC allows (RFC 9000 §14).
+pub const MIN_UDP_PAYLOAD: u16 = 1200;
+/// The largest [`QuicLimits::max_udp_payload`]: quinn hands the kernel up
+/// to 10 packets of a connection as one segmented (GSO) send, whose total
+/// must fit one IP datagram (65,535 bytes less the IPv4 and UDP headers);
+/// with larger packets such sends fail and every packet in them is lost.
+pub const MAX_UDP_PAYLOAD: u16 = 6550;
+
 /// Every bound of a QUIC link. The defaults are what relays use; tests
 /// shrink them.
 #[derive(Debug, Clone)]
@@ -159,6 +172,16 @@ pub struct QuicLimits {
     pub max_circuit_queue: usize,
     /// The congestion controller of our sending side.
     pub congestion: QuicCongestion,
+    /// The largest UDP payload we accept and the ceiling of path MTU
+    /// discovery (quinn's default, 1452, fits Ethernet; at most
+    /// [`MAX_UDP_PAYLOAD`]). Packets start at 1200 bytes and grow only
+    /// where probes of the larger size get through, so on a 1500-byte
+    /// path this changes nothing; on loopback and jumbo-frame links fewer,
+    /// larger packets cut the per-packet work (`docs/quic-links.md` §8,
+    /// CPU per MiB). quinn sizes its receive buffers by it (32 datagrams
+    /// of up to 64 segments, 12 MiB at 6 KiB, touched only as far as
+    /// datagrams fill them).
+    pub max_udp_payload: u16,
 }
 
 impl Default for QuicLimits {
@@ -175,6 +198,7 @@ impl Default for QuicLimits {
             max_pending_handshakes: 256,
             max_circuit_queue: 8 * 1024 * 1024,
             congestion: QuicCongestion::Auto,
+            max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
         }
     }
 }
@@ -188,6 +212,7 @@ impl QuicLimits {
             || self.max_connections == 0
             || self.max_pending_handshakes == 0
             || self.max_circuit_queue == 0
+            || !(MIN_UDP_PAYLOAD..=MAX_UDP_PAYLOAD).contains(&self.max_udp_payload)
         {
             return Err(LinkError::Config("inconsistent QUIC limits"));
         }
@@ -214,6 +239,9 @@ impl QuicLimits {
             // peer sending one commits a protocol violation.
             .datagram_receive_buffer_size(None)
             .datagram_send_buffer_size(0);
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(self.max_udp_payload);
+        t.mtu_discovery_config(Some(mtu));
         match self.congestion.resolve() {
             QuicCongestion::Auto | QuicCongestion::Cubic => {}
             QuicCongestion::Bbr => {
@@ -332,6 +360,13 @@ mod tests {
             ..QuicLimits::default()
         };
         assert!(l.transport().is_err());
+        for max_udp_payload in [0, 1199, 6551, 16384] {
+            let l = QuicLimits {
+                max_udp_payload,
+                ..QuicLimits::default()
+            };
+            assert!(l.transport().is_err(), "{max_udp_payload}");
+        }
     }
 
     #[test]

@@ -113,6 +113,9 @@ impl QuicTransport {
         let socket = std::net::UdpSocket::bind(bind)?;
         let mut ecfg = EndpointConfig::default();
         ecfg.supported_versions(vec![QUIC_VERSION]);
+        // Checked by `limits.client_config()` above.
+        ecfg.max_udp_payload_size(limits.max_udp_payload)
+            .map_err(|_| LinkError::Config("QUIC max UDP payload out of range"))?;
         let endpoint = Endpoint::new(
             ecfg,
             identity.as_ref().map(|i| (*i.config).clone()),
