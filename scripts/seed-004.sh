@@ -35,7 +35,8 @@ DELAYS=${DELAYS:-"20 40"}
 LOSSES=${LOSSES:-"0 0.01"}
 BIN=${BIN:-target/release/onionmix}
 # Networks compared per condition, the first against each other one:
-# quic-cubic, quic-bbr, tls, stock.
+# quic-cubic, quic-bbr, tls, stock; also quic-cpc (QUIC with
+# quic_congestion = 'cubic-per-circuit', docs/quic-links.md §8).
 SERIES=${SERIES:-"quic-cubic quic-bbr tls stock"}
 # The kernel's TCP congestion control for the run (TLS links, stock tor,
 # the sink): set while the script runs (network namespaces copy it when
@@ -82,6 +83,7 @@ series() {
   local tag=$1 delay=$2 loss=$3 relays=$4 clients=$5
   spec "quic-cubic-$tag" onionmix quic cubic "$delay" "$loss" "$relays" "$clients"
   spec "quic-bbr-$tag" onionmix quic bbr "$delay" "$loss" "$relays" "$clients"
+  spec "quic-cpc-$tag" onionmix quic cubic-per-circuit "$delay" "$loss" "$relays" "$clients"
   spec "tls-$tag" onionmix tls "" "$delay" "$loss" "$relays" "$clients"
   spec "stock-$tag" tor tls "" "$delay" "$loss" "$relays" "$clients"
   for s in $SERIES; do printf -- '--spec %s ' "$OUT/specs/$s-$tag.toml"; done

@@ -3,13 +3,15 @@
 //! control stream; a circuit whose stream the peer does not read blocks
 //! nobody else and is destroyed when its queue passes the limit; a peer
 //! breaking the mapping loses that circuit only (or, on the control
-//! stream, the link).
+//! stream, the link); with per-circuit CUBIC the link's controller
+//! stands for the circuits that send.
 
 use std::time::Duration;
 
 use bytes::BytesMut;
 use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::{CellCodec, ChanCmd, PAYLOAD_LEN, RawCell};
+use onionmix_link::quic::QuicCongestion;
 use onionmix_link::quic::{STREAM_BACKPRESSURE_SHARE, codes, peer_reset_code};
 use onionmix_link::{
     ChannelIo, QuicLimits, QuicLink, QuicStream, QuicTransport, spawn_quic_channel_io,
@@ -352,4 +354,57 @@ async fn a_client_refuses_circuit_streams_and_abort_closes_at_once() {
     })
     .await;
     assert!(!a.tx.send_now(relays(x, 1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_circuit_cubic_stands_for_the_circuits_that_send() {
+    let limits = QuicLimits {
+        congestion: QuicCongestion::CubicPerCircuit,
+        ..QuicLimits::default()
+    };
+    let (s, _) = server(limits.clone());
+    let c = client(limits.clone());
+    let ((il, ictrl, _), (rl, _rctrl, _)) = pair(&c, &s).await;
+    let link = il.clone();
+    let a = spawn_quic_channel_io(il, ictrl, codec(), BytesMut::new(), true).expect("channel");
+    assert_eq!(link.congestion_weight(), Some(1));
+
+    // Two circuits; the peer reads both streams to the end.
+    let (x, y) = (0x8000_0041u32, 0x8000_0042u32);
+    assert!(a.tx.send_now(cell(x, ChanCmd::CREATE2, &[])));
+    assert!(a.tx.send_now(cell(y, ChanCmd::CREATE2, &[])));
+    for _ in 0..2 {
+        let mut st = within("accept", rl.accept_circuit_stream())
+            .await
+            .expect("accept")
+            .expect("stream");
+        tokio::spawn(async move {
+            let mut sink = vec![0u8; 64 * 1024];
+            while matches!(st.read(&mut sink).await, Ok(n) if n > 0) {}
+        });
+    }
+
+    // Both send: the controller stands for two flows.
+    within("weight 2", async {
+        while link.congestion_weight() != Some(2) {
+            assert!(a.tx.send_now(relays(x, 4)));
+            assert!(a.tx.send_now(relays(y, 4)));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Only x sends: back to one.
+    within("weight 1", async {
+        while link.congestion_weight() != Some(1) {
+            assert!(a.tx.send_now(relays(x, 4)));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    // Other controllers have no weight.
+    let (s2, _) = server(QuicLimits::default());
+    let c2 = client(QuicLimits::default());
+    let ((other, _, _), _) = pair(&c2, &s2).await;
+    assert_eq!(other.congestion_weight(), None);
 }

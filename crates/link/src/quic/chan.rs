@@ -22,7 +22,7 @@
 //! DESTROY cell for the reactor.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -34,6 +34,7 @@ use tracing::debug;
 use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::{CellCodec, ChanCmd, RawCell};
 
+use super::cc;
 use super::stream::{connection_lost, peer_reset_code};
 use super::{QuicLink, QuicStream, codes};
 use crate::LinkError;
@@ -82,6 +83,7 @@ pub fn spawn_quic_channel_io(
         shared_bytes: AtomicUsize::new(0),
         max_circuit_queue: limits.max_circuit_queue,
         accept_circuits,
+        weight: cc::weight_of(&link.conn),
     });
     let (send, recv) = control.into_split();
     spawn_writer(send, control_writer.clone(), out_rx);
@@ -113,9 +115,12 @@ pub fn spawn_quic_channel_io(
 /// Accept the peer's circuit streams until the channel ends, then close
 /// the connection and end every circuit stream.
 async fn lifecycle(mux: Arc<Mux>, control: ChannelWriter) {
+    let mut recount = tokio::time::interval(cc::WEIGHT_INTERVAL);
+    recount.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = control.closed() => break,
+            _ = recount.tick(), if mux.weight.is_some() => mux.recount_weight(),
             s = mux.link.accept_circuit_stream() => match s {
                 Ok(Some(mut stream)) => {
                     if mux.accept_circuits {
@@ -158,6 +163,9 @@ pub(crate) struct Mux {
     shared_bytes: AtomicUsize,
     max_circuit_queue: usize,
     accept_circuits: bool,
+    /// How many flows the connection's controller stands for, if it is
+    /// [`super::CubicPerCircuit`]: the circuits that sent lately.
+    weight: Option<Arc<AtomicU32>>,
 }
 
 impl std::fmt::Debug for Mux {
@@ -190,6 +198,10 @@ struct Circ {
     queued: AtomicUsize,
     /// 0 while the stream lives; the reset code once it is destroyed.
     reset: watch::Sender<u32>,
+    /// Bytes handed to QUIC so far, and the count at the last recount of
+    /// active circuits ([`Mux::recount_weight`]).
+    written: AtomicU64,
+    seen: AtomicU64,
 }
 
 impl Circ {
@@ -336,6 +348,8 @@ impl Mux {
             generation: st.next_gen,
             queued: AtomicUsize::new(0),
             reset: watch::Sender::new(0),
+            written: AtomicU64::new(0),
+            seen: AtomicU64::new(0),
         });
         st.circuits.insert(
             circ_id,
@@ -421,6 +435,21 @@ impl Mux {
         self.shared_bytes.fetch_sub(d, Ordering::Relaxed);
         self.queued.fetch_sub(d, Ordering::Relaxed);
         self.drained.notify_waiters();
+    }
+
+    /// Set the controller's weight to the number of circuits that handed
+    /// QUIC data since the last recount (at least 1, at most
+    /// [`cc::MAX_WEIGHT`]).
+    fn recount_weight(&self) {
+        let Some(weight) = &self.weight else { return };
+        let mut active = 0u32;
+        for e in lock(&self.state).circuits.values() {
+            let now = e.circ.written.load(Ordering::Relaxed);
+            if e.circ.seen.swap(now, Ordering::Relaxed) != now {
+                active = active.saturating_add(1);
+            }
+        }
+        weight.store(active.clamp(1, cc::MAX_WEIGHT), Ordering::Relaxed);
     }
 
     /// Bytes queued for circuit `circ_id`'s stream.
@@ -628,6 +657,9 @@ async fn write_circuit(
         };
         drop(chunks);
         mux.sub(&circ, n);
+        if matches!(written, Some(Ok(()))) {
+            circ.written.fetch_add(n as u64, Ordering::Relaxed);
+        }
         match written {
             None => break,
             Some(Ok(())) => {}

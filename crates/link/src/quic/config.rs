@@ -74,6 +74,11 @@ pub enum QuicCongestion {
     Bbr,
     /// NewReno (RFC 9002's reference controller).
     NewReno,
+    /// CUBIC standing for one flow per circuit that sent lately (at most
+    /// [`super::cc::MAX_WEIGHT`]): the link's circuits together get what
+    /// separate connections would get, at the price of claiming more than
+    /// one flow's share at a shared bottleneck ([`super::CubicPerCircuit`]).
+    CubicPerCircuit,
 }
 
 impl std::str::FromStr for QuicCongestion {
@@ -84,8 +89,10 @@ impl std::str::FromStr for QuicCongestion {
             "cubic" => Ok(QuicCongestion::Cubic),
             "bbr" => Ok(QuicCongestion::Bbr),
             "newreno" => Ok(QuicCongestion::NewReno),
+            "cubic-per-circuit" => Ok(QuicCongestion::CubicPerCircuit),
             other => Err(format!(
-                "unknown QUIC congestion controller {other:?} (auto, cubic, bbr, newreno)"
+                "unknown QUIC congestion controller {other:?} \
+                 (auto, cubic, bbr, newreno, cubic-per-circuit)"
             )),
         }
     }
@@ -123,6 +130,7 @@ impl QuicCongestion {
             QuicCongestion::Cubic => "cubic",
             QuicCongestion::Bbr => "bbr",
             QuicCongestion::NewReno => "newreno",
+            QuicCongestion::CubicPerCircuit => "cubic-per-circuit",
         }
     }
 }
@@ -177,7 +185,7 @@ pub struct QuicLimits {
     /// [`MAX_UDP_PAYLOAD`]). Packets start at 1200 bytes and grow only
     /// where probes of the larger size get through, so on a 1500-byte
     /// path this changes nothing; on loopback and jumbo-frame links fewer,
-    /// larger packets cut the per-packet work (`docs/quic-links.md` §8,
+    /// larger packets cut the per-packet work (`docs/quic-links.md` §1,
     /// CPU per MiB). quinn sizes its receive buffers by it (32 datagrams
     /// of up to 64 segments, 12 MiB at 6 KiB, touched only as far as
     /// datagrams fill them).
@@ -251,6 +259,9 @@ impl QuicLimits {
                 t.congestion_controller_factory(Arc::new(
                     quinn::congestion::NewRenoConfig::default(),
                 ));
+            }
+            QuicCongestion::CubicPerCircuit => {
+                t.congestion_controller_factory(Arc::new(super::cc::CubicPerCircuitConfig));
             }
         }
         Ok(Arc::new(t))
@@ -376,6 +387,7 @@ mod tests {
             ("cubic", QuicCongestion::Cubic),
             ("bbr", QuicCongestion::Bbr),
             ("newreno", QuicCongestion::NewReno),
+            ("cubic-per-circuit", QuicCongestion::CubicPerCircuit),
         ] {
             assert_eq!(name.parse::<QuicCongestion>(), Ok(want));
             assert_eq!(want.name(), name);

@@ -8,6 +8,7 @@
 //! certificate and the RFC 5705 / TLS 1.3 exporter), exposed exactly as
 //! the TLS transport exposes them ([`TlsInfo`]).
 
+mod cc;
 pub(crate) mod chan;
 mod config;
 mod stream;
@@ -23,6 +24,7 @@ use quinn::{Connection, ConnectionError, Endpoint, EndpointConfig, VarInt};
 use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+pub use cc::{CubicPerCircuit, CubicPerCircuitConfig, MAX_WEIGHT as MAX_CIRCUIT_WEIGHT};
 pub use chan::{STREAM_BACKPRESSURE_SHARE, spawn_quic_channel_io};
 pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicCongestion, QuicLimits, codes};
 pub use stream::{QuicStream, connection_lost, peer_reset_code};
@@ -388,6 +390,9 @@ pub struct QuicPathStats {
     pub udp_datagrams_sent: u64,
     /// UDP datagrams received.
     pub udp_datagrams_received: u64,
+    /// How many flows the sending controller stands for
+    /// ([`QuicLink::congestion_weight`]; None unless `cubic-per-circuit`).
+    pub congestion_weight: Option<u32>,
 }
 
 /// Closes the connection and frees its slot when the last [`QuicLink`]
@@ -473,7 +478,15 @@ impl QuicLink {
             mtu: s.path.current_mtu,
             udp_datagrams_sent: s.udp_tx.datagrams,
             udp_datagrams_received: s.udp_rx.datagrams,
+            congestion_weight: self.congestion_weight(),
         }
+    }
+
+    /// How many flows our sending side's controller stands for, with
+    /// `quic_congestion = "cubic-per-circuit"` (the circuits that sent
+    /// lately, 1 to [`MAX_CIRCUIT_WEIGHT`]); None with other controllers.
+    pub fn congestion_weight(&self) -> Option<u32> {
+        cc::weight_of(&self.conn).map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Open a stream for a new circuit (the side sending CREATE2 opens

@@ -201,7 +201,7 @@ pub struct ClientConfig {
     pub quic_fallback_secs: u64,
     /// Congestion controller of the client's QUIC sending side (its
     /// uploads to the guard): `auto` (default: like the host's TCP
-    /// controller), `cubic`, `bbr` or `newreno`, as the relay option of
+    /// controller), `cubic`, `bbr`, `newreno` or `cubic-per-circuit`, as the relay option of
     /// the same name.
     #[serde(default = "default_quic_congestion")]
     pub quic_congestion: String,

@@ -223,7 +223,8 @@ pub struct RelayConfig {
     pub quic_fallback_secs: u64,
     /// Congestion controller of the QUIC links' sending side: `auto`
     /// (default: BBR if the host's TCP uses BBR, else CUBIC), `cubic`,
-    /// `bbr` or `newreno` (`docs/quic-links.md` §8).
+    /// `bbr`, `newreno` or `cubic-per-circuit` (CUBIC taking one flow's
+    /// share per active circuit, up to 4; `docs/quic-links.md` §8).
     #[serde(default = "default_quic_congestion")]
     pub quic_congestion: String,
 }
@@ -484,6 +485,11 @@ mod tests {
         assert_eq!(
             c.quic_limits().congestion,
             onionmix_link::quic::QuicCongestion::Bbr
+        );
+        let c = RelayConfig::parse(&format!("{base}quic_congestion='cubic-per-circuit'")).unwrap();
+        assert_eq!(
+            c.quic_limits().congestion,
+            onionmix_link::quic::QuicCongestion::CubicPerCircuit
         );
         let e = RelayConfig::parse(&format!("{base}quic_congestion='vegas'")).unwrap_err();
         assert!(e.contains("quic_congestion"), "{e}");

@@ -236,6 +236,7 @@ fn quic_json(q: onionmix_link::QuicPathStats) -> serde_json::Value {
         "mtu": q.mtu,
         "udp_datagrams_sent": q.udp_datagrams_sent,
         "udp_datagrams_received": q.udp_datagrams_received,
+        "congestion_weight": q.congestion_weight,
     })
 }
 
