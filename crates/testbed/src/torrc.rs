@@ -26,6 +26,14 @@ pub const AUTHORITY: &[&str] = &[
     "AuthoritativeDirectory 1",
     "V3AuthoritativeDirectory 1",
     "ExitPolicy reject *:*",
+    // Every running relay is Stable, as onionmix authorities vote in
+    // testing networks. Left to tor's own cutoff (uptime at least the
+    // median), about half of a young network is Stable, and onion-service
+    // circuits need Stable nodes for every hop after the guard (and for
+    // the layer-2 vanguards): with 8 relays a stock service could find no
+    // path for minutes ("Failed to find node for hop #2").
+    "AuthDirVoteStableGuaranteeMinUptime 0",
+    "AuthDirVoteStableGuaranteeMTBF 0",
 ];
 
 /// Voting interval, vote delay, distribution delay: the lines of an
@@ -280,5 +288,33 @@ mod tests {
             assert!(t.contains(want), "missing {want}:\n{t}");
         }
         assert!(t.contains("SocksPort 0"));
+    }
+
+    /// Stock authorities vote every running relay Stable, as ours do in
+    /// testing networks (onion-service paths in small networks need it).
+    #[test]
+    fn authority_torrc_votes_every_relay_stable() {
+        let t = render(&TorNode {
+            nick: "auth0",
+            role: Role::Authority,
+            data_dir: Path::new("/tmp/x"),
+            addr: "127.0.0.1",
+            or_port: Some(5000),
+            dir_port: Some(7000),
+            socks_port: None,
+            control_port: None,
+            resolv_conf: None,
+            dirauths: &[],
+            extra: &[],
+            voting: (20, 4, 4),
+        });
+        for want in [
+            "V3AuthoritativeDirectory 1",
+            "AuthDirVoteStableGuaranteeMinUptime 0",
+            "AuthDirVoteStableGuaranteeMTBF 0",
+            "TestingDirAuthVoteGuard *",
+        ] {
+            assert!(t.lines().any(|l| l == want), "missing {want}:\n{t}");
+        }
     }
 }
