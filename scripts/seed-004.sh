@@ -22,6 +22,12 @@
 #          once on random paths, RUNS5 rounds, every delay and loss
 #   stalls the stall table (a stall: 2 s or more without a received byte,
 #          `max_gap_ms`) of everything under $OUT
+#   fairness
+#          not seed 004's: what a QUIC link's controller takes from a TCP
+#          flow at one emulated bottleneck (`onionmix emulator fairness`
+#          with $FAIRNESS_ARGS, e.g. "--loss 0.01 --repeats 5"; output in
+#          $OUT/fairness.md; docs/quic-links.md §8). Not in the default
+#          parts
 #
 #   nice -n 5 scripts/seed-004.sh                     # everything (hours)
 #   RUNS=3 DELAYS=20 LOSSES=0 scripts/seed-004.sh s1  # a smoke run
@@ -184,8 +190,12 @@ if rounds:
 print("\n".join(lines))
 PY
       ;;
+    fairness)
+      # shellcheck disable=SC2086
+      "$BIN" emulator fairness ${FAIRNESS_ARGS:-} | tee "$OUT/fairness.md"
+      ;;
     *)
-      echo "unknown part: $p (s1, s2, s3, s4, s5, stalls)" >&2
+      echo "unknown part: $p (s1, s2, s3, s4, s5, stalls, fairness)" >&2
       exit 2
       ;;
   esac

@@ -2,7 +2,7 @@
 //!
 //! `onionmix emulator --config <file>` runs the link emulator process (what
 //! `testnet start` spawns for emulated networks). The subcommands are tools
-//! around it: `status`, `stop`, `cleanup`, `profiles`, `bench`, and the
+//! around it: `status`, `stop`, `cleanup`, `profiles`, `bench`, `fairness`, and the
 //! hidden `probe ...` measurement programs the tests run inside namespaces.
 
 use anyhow::{Context, bail};
@@ -54,6 +54,9 @@ enum EmuCmd {
     Profiles,
     /// Measure the emulator's forwarding capacity and added latency (root).
     Bench(BenchArgs),
+    /// What a QUIC link's congestion controller takes from a competing TCP
+    /// flow at a shared bottleneck (root).
+    Fairness(crate::cmd_emu_fairness::FairnessArgs),
     /// Measurement programs run inside node namespaces (used by tests).
     #[command(subcommand, hide = true)]
     Probe(ProbeCmd),
@@ -148,6 +151,35 @@ enum ProbeCmd {
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
     },
+    /// Accept one onionmix QUIC link and count its circuit streams' bytes
+    /// (as `bulk-sink`).
+    QuicBulkSink {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 1000)]
+        warmup_ms: u64,
+        #[arg(long, default_value_t = 5000)]
+        measure_ms: u64,
+        #[arg(long, default_value_t = 60)]
+        timeout_s: u64,
+    },
+    /// Send bulk data on an onionmix QUIC link.
+    QuicBulkSource {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// QUIC congestion controller (cubic, bbr, newreno,
+        /// cubic-per-circuit).
+        #[arg(long, default_value = "cubic")]
+        cc: onionmix_link::quic::QuicCongestion,
+        /// Flows `cubic-per-circuit` stands for.
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+        /// Circuit streams written in parallel.
+        #[arg(long, default_value_t = 1)]
+        streams: u32,
+    },
 }
 
 pub fn run(a: EmuArgs) -> anyhow::Result<()> {
@@ -197,6 +229,7 @@ fn run_cmd(cmd: EmuCmd) -> anyhow::Result<()> {
             Ok(())
         }
         EmuCmd::Bench(b) => bench(b),
+        EmuCmd::Fairness(f) => crate::cmd_emu_fairness::fairness(f),
         EmuCmd::Probe(p) => probe_cmd(p),
     }
 }
@@ -262,6 +295,34 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
         ProbeCmd::BulkSource { connect, seconds } => {
             let n =
                 probe::bulk_source(connect, Duration::from_secs_f64(seconds.clamp(0.0, 600.0)))?;
+            println!("{{\"sent_bytes\":{n}}}");
+            Ok(())
+        }
+        ProbeCmd::QuicBulkSink {
+            listen,
+            warmup_ms,
+            measure_ms,
+            timeout_s,
+        } => print_json(&crate::quic_probe::quic_bulk_sink(
+            listen,
+            Duration::from_millis(warmup_ms),
+            Duration::from_millis(measure_ms),
+            Duration::from_secs(timeout_s),
+        )?),
+        ProbeCmd::QuicBulkSource {
+            connect,
+            seconds,
+            cc,
+            weight,
+            streams,
+        } => {
+            let n = crate::quic_probe::quic_bulk_source(
+                connect,
+                Duration::from_secs_f64(seconds.clamp(0.0, 600.0)),
+                cc,
+                weight,
+                streams,
+            )?;
             println!("{{\"sent_bytes\":{n}}}");
             Ok(())
         }

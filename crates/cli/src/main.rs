@@ -8,6 +8,7 @@ mod cmd_authority;
 mod cmd_client;
 mod cmd_demo;
 mod cmd_emu;
+mod cmd_emu_fairness;
 mod cmd_measure;
 mod cmd_mix;
 mod cmd_relay;
@@ -15,6 +16,7 @@ mod cmd_testnet;
 mod cmd_tunnel;
 mod logging;
 mod measure_paths;
+mod quic_probe;
 
 /// onionmix: anonymity networks you can run, measure and build on.
 ///

@@ -494,3 +494,35 @@ async fn rotated_server_identity_is_served_to_new_connections() {
     let (c4, k4) = cert();
     assert!(c.server_identity(c4, k4).is_err());
 }
+
+/// A link driven without a channel (the fairness benchmark's probes) sets
+/// the weight of a `cubic-per-circuit` controller itself, clamped to the
+/// cap; other controllers have none to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn congestion_weight_is_set_by_hand_and_clamped() {
+    use onionmix_link::quic::{MAX_CIRCUIT_WEIGHT, QuicCongestion};
+    let cpc = QuicLimits {
+        congestion: QuicCongestion::CubicPerCircuit,
+        ..QuicLimits::default()
+    };
+    let (s, _) = server(cpc.clone());
+    let c = client(cpc);
+    let ((link, _ctrl, _), _peer) = pair(&c, &s).await;
+    assert_eq!(link.congestion_weight(), Some(1));
+    assert!(link.set_congestion_weight(3));
+    assert_eq!(link.congestion_weight(), Some(3));
+    assert!(link.set_congestion_weight(99));
+    assert_eq!(link.congestion_weight(), Some(MAX_CIRCUIT_WEIGHT));
+    assert!(link.set_congestion_weight(0));
+    assert_eq!(link.congestion_weight(), Some(1));
+
+    let cubic = QuicLimits {
+        congestion: QuicCongestion::Cubic,
+        ..QuicLimits::default()
+    };
+    let (s, _) = server(cubic.clone());
+    let c = client(cubic);
+    let ((link, _ctrl, _), _peer) = pair(&c, &s).await;
+    assert!(!link.set_congestion_weight(2));
+    assert_eq!(link.congestion_weight(), None);
+}

@@ -489,6 +489,24 @@ impl QuicLink {
         cc::weight_of(&self.conn).map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Make a `cubic-per-circuit` controller stand for `n` flows
+    /// (clamped to 1..=[`MAX_CIRCUIT_WEIGHT`]); false with other
+    /// controllers. A QUIC channel sets this itself from its busy circuits
+    /// every quarter second; this is for tools that drive a link without
+    /// a channel (`onionmix emulator fairness`).
+    pub fn set_congestion_weight(&self, n: u32) -> bool {
+        match cc::weight_of(&self.conn) {
+            Some(w) => {
+                w.store(
+                    n.clamp(1, MAX_CIRCUIT_WEIGHT),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Open a stream for a new circuit (the side sending CREATE2 opens
     /// it; the CREATE2 cell must be the first thing written). Waits for
     /// stream credit when the peer's limit is reached, at most the open
