@@ -78,6 +78,35 @@ struct BenchArgs {
     pairs: usize,
 }
 
+/// A bulk sink's listener and measurement window.
+#[derive(Args, Debug)]
+struct SinkArgs {
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Time after the first byte before counting starts.
+    #[arg(long, default_value_t = 1000)]
+    warmup_ms: u64,
+    /// Length of the counted window.
+    #[arg(long, default_value_t = 3000)]
+    measure_ms: u64,
+    #[arg(long, default_value_t = 60)]
+    timeout_s: u64,
+    /// Keep reading after the window until the sender stops.
+    #[arg(long)]
+    drain: bool,
+}
+
+impl SinkArgs {
+    /// (warm-up, window, timeout).
+    fn durations(&self) -> (Duration, Duration, Duration) {
+        (
+            Duration::from_millis(self.warmup_ms),
+            Duration::from_millis(self.measure_ms),
+            Duration::from_secs(self.timeout_s),
+        )
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum ProbeCmd {
     /// TCP echo server.
@@ -134,16 +163,7 @@ enum ProbeCmd {
         size: usize,
     },
     /// Accept one TCP connection and measure goodput.
-    BulkSink {
-        #[arg(long)]
-        listen: SocketAddr,
-        #[arg(long, default_value_t = 1000)]
-        warmup_ms: u64,
-        #[arg(long, default_value_t = 3000)]
-        measure_ms: u64,
-        #[arg(long, default_value_t = 60)]
-        timeout_s: u64,
-    },
+    BulkSink(SinkArgs),
     /// Send TCP bulk data.
     BulkSource {
         #[arg(long)]
@@ -153,16 +173,7 @@ enum ProbeCmd {
     },
     /// Accept one onionmix QUIC link and count its circuit streams' bytes
     /// (as `bulk-sink`).
-    QuicBulkSink {
-        #[arg(long)]
-        listen: SocketAddr,
-        #[arg(long, default_value_t = 1000)]
-        warmup_ms: u64,
-        #[arg(long, default_value_t = 5000)]
-        measure_ms: u64,
-        #[arg(long, default_value_t = 60)]
-        timeout_s: u64,
-    },
+    QuicBulkSink(SinkArgs),
     /// Send bulk data on an onionmix QUIC link.
     QuicBulkSource {
         #[arg(long)]
@@ -277,38 +288,27 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
         } => print_json(&probe::udp_source(
             connect,
             count,
-            Duration::from_secs_f64(seconds.clamp(0.0, 600.0)),
+            probe_secs(seconds)?,
             pps,
             size,
         )?),
-        ProbeCmd::BulkSink {
-            listen,
-            warmup_ms,
-            measure_ms,
-            timeout_s,
-        } => print_json(&probe::bulk_sink(
-            listen,
-            Duration::from_millis(warmup_ms),
-            Duration::from_millis(measure_ms),
-            Duration::from_secs(timeout_s),
-        )?),
+        ProbeCmd::BulkSink(a) => {
+            let (warmup, measure, timeout) = a.durations();
+            print_json(&probe::bulk_sink(
+                a.listen, warmup, measure, timeout, a.drain,
+            )?)
+        }
         ProbeCmd::BulkSource { connect, seconds } => {
-            let n =
-                probe::bulk_source(connect, Duration::from_secs_f64(seconds.clamp(0.0, 600.0)))?;
+            let n = probe::bulk_source(connect, probe_secs(seconds)?)?;
             println!("{{\"sent_bytes\":{n}}}");
             Ok(())
         }
-        ProbeCmd::QuicBulkSink {
-            listen,
-            warmup_ms,
-            measure_ms,
-            timeout_s,
-        } => print_json(&crate::quic_probe::quic_bulk_sink(
-            listen,
-            Duration::from_millis(warmup_ms),
-            Duration::from_millis(measure_ms),
-            Duration::from_secs(timeout_s),
-        )?),
+        ProbeCmd::QuicBulkSink(a) => {
+            let (warmup, measure, timeout) = a.durations();
+            print_json(&crate::quic_probe::quic_bulk_sink(
+                a.listen, warmup, measure, timeout, a.drain,
+            )?)
+        }
         ProbeCmd::QuicBulkSource {
             connect,
             seconds,
@@ -318,7 +318,7 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
         } => {
             let n = crate::quic_probe::quic_bulk_source(
                 connect,
-                Duration::from_secs_f64(seconds.clamp(0.0, 600.0)),
+                probe_secs(seconds)?,
                 cc,
                 weight,
                 streams,
@@ -327,6 +327,14 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A probe's `--seconds`: a number, at most 600.
+fn probe_secs(seconds: f64) -> anyhow::Result<Duration> {
+    if !seconds.is_finite() {
+        bail!("--seconds must be a number of seconds, not {seconds}");
+    }
+    Ok(Duration::from_secs_f64(seconds.clamp(0.0, 600.0)))
 }
 
 /// CPU time (user + system, clock ticks) of a process.

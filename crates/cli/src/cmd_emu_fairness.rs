@@ -110,9 +110,12 @@ impl Series {
     }
 }
 
+/// Seconds the sources run past `--seconds`.
+const SOURCE_EXTRA_SECS: u64 = 3;
+
 /// One run: (reference TCP, series flow) goodput in Mbit/s.
 fn run_once(net: &TestNet, a: &FairnessArgs, s: &Series, port: u16) -> anyhow::Result<(f64, f64)> {
-    let timeout = a.seconds + 30;
+    let timeout = a.seconds + SOURCE_EXTRA_SECS + 30;
     let measure_ms = a.seconds.saturating_sub(a.warmup_s).max(1) * 1000 - 500;
     let sink = |kind: &str, addr: SocketAddr| {
         net.server(
@@ -123,6 +126,7 @@ fn run_once(net: &TestNet, a: &FairnessArgs, s: &Series, port: u16) -> anyhow::R
                 &format!("--warmup-ms={}", a.warmup_s * 1000),
                 &format!("--measure-ms={measure_ms}"),
                 &format!("--timeout-s={timeout}"),
+                &"--drain",
             ]),
         )
         .with_context(|| format!("{kind} in r"))
@@ -134,7 +138,9 @@ fn run_once(net: &TestNet, a: &FairnessArgs, s: &Series, port: u16) -> anyhow::R
         Series::Tcp => sink("bulk-sink", other_addr)?,
         Series::Quic { .. } => sink("quic-bulk-sink", other_addr)?,
     };
-    let secs = a.seconds.to_string();
+    // The sources outlast both windows (each starts at its own first
+    // byte), so neither flow stops while the other is still measured.
+    let secs = (a.seconds + SOURCE_EXTRA_SECS).to_string();
     let tcp_src = net.spawn_probe(
         "s",
         &args(&[
@@ -188,6 +194,11 @@ pub(crate) fn fairness(a: FairnessArgs) -> anyhow::Result<()> {
         "--seconds must exceed --warmup-s and be at most 300"
     );
     anyhow::ensure!((1..=20).contains(&a.repeats), "--repeats must be 1..=20");
+    anyhow::ensure!(
+        (0.0..=1000.0).contains(&a.delay_ms),
+        "--delay-ms must be in [0, 1000]"
+    );
+    anyhow::ensure!((0.0..1.0).contains(&a.loss), "--loss must be in [0, 1)");
     let exe = std::env::current_exe()?;
     let profile = LinkProfile {
         delay_ms: a.delay_ms,
@@ -203,7 +214,7 @@ pub(crate) fn fairness(a: FairnessArgs) -> anyhow::Result<()> {
         std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default();
     println!(
         "# onionmix emulator fairness: {} Mbit/s, {} ms and loss {} each way, \
-         drop-tail queue of 100 ms of the rate; {} s per run ({} s warm-up); \
+         drop-tail queue of 100 ms of the rate (at least 32 KiB); {} s per run ({} s warm-up); \
          reference flow: TCP {}",
         a.rate_mbit,
         a.delay_ms,

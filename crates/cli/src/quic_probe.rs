@@ -17,24 +17,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Longest run either probe accepts.
 const MAX_SECS: u64 = 600;
+/// Silence that ends a sink's draining.
+const DRAIN_QUIET: Duration = Duration::from_secs(1);
 /// Most streams a source opens.
 pub const MAX_STREAMS: u32 = 16;
 
 #[derive(Default)]
 struct Window {
     first: Option<Instant>,
+    last: Option<Instant>,
     start: Option<Instant>,
     bytes: u64,
     total: u64,
 }
 
 impl Window {
-    fn add(&mut self, n: u64, warmup: Duration) {
+    /// `n` bytes arrived: counted if inside the window that starts
+    /// `warmup` after the first byte and lasts `measure`.
+    fn add(&mut self, n: u64, warmup: Duration, measure: Duration) {
         let now = Instant::now();
         let first = *self.first.get_or_insert(now);
+        self.last = Some(now);
         self.total = self.total.saturating_add(n);
         match self.start {
-            Some(_) => self.bytes = self.bytes.saturating_add(n),
+            Some(s) if now.duration_since(s) < measure => {
+                self.bytes = self.bytes.saturating_add(n);
+            }
+            Some(_) => {}
             None if now.duration_since(first) >= warmup => self.start = Some(now),
             None => {}
         }
@@ -49,12 +58,16 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Accept one QUIC link on `listen` (a throwaway relay-style certificate)
-/// and count what arrives on all its circuit streams.
+/// and count what arrives on all its circuit streams. With `drain`, after
+/// the window it keeps reading until the sender closes the link (or
+/// `timeout`), so that it does not end the sender's flow while another
+/// flow is measured.
 pub fn quic_bulk_sink(
     listen: SocketAddr,
     warmup: Duration,
     measure: Duration,
     timeout: Duration,
+    drain: bool,
 ) -> anyhow::Result<BulkResult> {
     let mut rng = rand::rngs::OsRng;
     let id = onionmix_crypto::RsaKeypair::generate(&mut rng, 1024)?;
@@ -65,11 +78,18 @@ pub fn quic_bulk_sink(
     let measure = measure.min(Duration::from_secs(MAX_SECS));
     let timeout = timeout.min(Duration::from_secs(MAX_SECS));
     runtime()?.block_on(async move {
+        // One stream may use the whole connection window: the probe
+        // measures the controller, not a circuit's flow control.
+        let d = QuicLimits::default();
+        let limits = QuicLimits {
+            stream_receive_window: d.receive_window,
+            ..d
+        };
         let t = QuicTransport::server(
             listen,
             tls.cert_der.clone(),
             tls.key_pkcs8_der.to_vec(),
-            QuicLimits::default(),
+            limits,
         )?;
         println!("READY {}", t.local_addr()?);
         let hard_end = Instant::now() + timeout;
@@ -92,7 +112,7 @@ pub fn quic_bulk_sink(
                                 break;
                             }
                             if let Ok(mut w) = win.lock() {
-                                w.add(n as u64, warmup);
+                                w.add(n as u64, warmup, measure);
                             }
                         }
                     });
@@ -103,6 +123,15 @@ pub fn quic_bulk_sink(
             tokio::time::sleep(Duration::from_millis(20)).await;
             let start = win.lock().ok().and_then(|w| w.start);
             if start.is_some_and(|s| s.elapsed() >= measure) || Instant::now() > hard_end {
+                break;
+            }
+        }
+        // Draining ends when the link closes or a second passes without a
+        // byte (the sender's CONNECTION_CLOSE may be lost in a full queue).
+        while drain && Instant::now() < hard_end && link.close_reason().is_none() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let last = win.lock().ok().and_then(|w| w.last);
+            if last.is_none_or(|l| l.elapsed() >= DRAIN_QUIET) {
                 break;
             }
         }

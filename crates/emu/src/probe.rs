@@ -344,12 +344,15 @@ pub struct BulkResult {
 }
 
 /// Accept one TCP connection, skip `warmup` after its first byte, then count
-/// payload bytes for `measure`.
+/// payload bytes for `measure`. With `drain`, keep reading (uncounted)
+/// after the window until the sender closes or `timeout`, so that closing
+/// does not end the sender's flow while another flow is still measured.
 pub fn bulk_sink(
     listen: SocketAddr,
     warmup: Duration,
     measure: Duration,
     timeout: Duration,
+    drain: bool,
 ) -> io::Result<BulkResult> {
     let l = TcpListener::bind(listen)?;
     ready_line(l.local_addr()?);
@@ -409,6 +412,22 @@ pub fn bulk_sink(
         }
     }
     let window = window_start.map_or(Duration::ZERO, |w| w.elapsed().min(measure));
+    if drain {
+        while Instant::now() < hard_end {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => total += n as u64,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+    }
     let secs = window.as_secs_f64();
     Ok(BulkResult {
         bytes: window_bytes,

@@ -493,7 +493,8 @@ impl QuicLink {
     /// (clamped to 1..=[`MAX_CIRCUIT_WEIGHT`]); false with other
     /// controllers. A QUIC channel sets this itself from its busy circuits
     /// every quarter second; this is for tools that drive a link without
-    /// a channel (`onionmix emulator fairness`).
+    /// a channel (`onionmix emulator fairness`). The controller acts on it
+    /// from its next congestion event that finds no flow in recovery.
     pub fn set_congestion_weight(&self, n: u32) -> bool {
         match cc::weight_of(&self.conn) {
             Some(w) => {
