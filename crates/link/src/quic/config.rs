@@ -140,6 +140,11 @@ impl QuicCongestion {
 /// per-packet work (packet protection, frames, ACKs, system calls) a
 /// quarter as often.
 pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = 6 * 1024;
+/// [`QuicLimits::udp_socket_buffer`] by default: 4 MiB each way, about
+/// 2,800 full-size datagrams, a quarter second of a gigabit link.
+pub const DEFAULT_UDP_SOCKET_BUFFER: usize = 4 * 1024 * 1024;
+/// The largest [`QuicLimits::udp_socket_buffer`] (the kernel takes an int).
+pub const MAX_UDP_SOCKET_BUFFER: usize = 256 * 1024 * 1024;
 /// The smallest UDP payload QUIC allows (RFC 9000 §14).
 pub const MIN_UDP_PAYLOAD: u16 = 1200;
 /// The largest [`QuicLimits::max_udp_payload`]: quinn hands the kernel up
@@ -190,6 +195,15 @@ pub struct QuicLimits {
     /// of up to 64 segments, 12 MiB at 6 KiB, touched only as far as
     /// datagrams fill them).
     pub max_udp_payload: u16,
+    /// The UDP socket's kernel receive and send buffers we ask for, bytes
+    /// (SO_RCVBUF, SO_SNDBUF; the kernel caps them at
+    /// `net.core.rmem_max`/`wmem_max` and doubles what it grants for its
+    /// bookkeeping). Linux's default (208 KiB) overflows when a burst
+    /// arrives while the endpoint's task waits for a CPU, and QUIC
+    /// takes each datagram dropped there for congestion, where TCP's
+    /// window would have held it (`docs/quic-links.md` §1). 0 leaves the
+    /// system default.
+    pub udp_socket_buffer: usize,
 }
 
 impl Default for QuicLimits {
@@ -207,6 +221,7 @@ impl Default for QuicLimits {
             max_circuit_queue: 8 * 1024 * 1024,
             congestion: QuicCongestion::Auto,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
+            udp_socket_buffer: DEFAULT_UDP_SOCKET_BUFFER,
         }
     }
 }
@@ -221,6 +236,7 @@ impl QuicLimits {
             || self.max_pending_handshakes == 0
             || self.max_circuit_queue == 0
             || !(MIN_UDP_PAYLOAD..=MAX_UDP_PAYLOAD).contains(&self.max_udp_payload)
+            || self.udp_socket_buffer > MAX_UDP_SOCKET_BUFFER
         {
             return Err(LinkError::Config("inconsistent QUIC limits"));
         }

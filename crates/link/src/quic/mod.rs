@@ -26,7 +26,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use cc::{CubicPerCircuit, CubicPerCircuitConfig, MAX_WEIGHT as MAX_CIRCUIT_WEIGHT};
 pub use chan::{STREAM_BACKPRESSURE_SHARE, spawn_quic_channel_io};
-pub use config::{ALPN, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicCongestion, QuicLimits, codes};
+pub use config::{
+    ALPN, DEFAULT_UDP_SOCKET_BUFFER, MAX_CIRCUIT_STREAMS_CAP, QUIC_VERSION, QuicCongestion,
+    QuicLimits, codes,
+};
 pub use stream::{QuicStream, connection_lost, peer_reset_code};
 
 use crate::LinkError;
@@ -44,6 +47,53 @@ pub struct QuicTransport {
     server: Arc<RwLock<Option<QuicServerIdentity>>>,
     limits: QuicLimits,
     connections: Arc<Semaphore>,
+    socket_buffers: SocketBuffers,
+}
+
+/// The kernel buffers of a transport's UDP socket as the kernel reports
+/// them (Linux reports twice what was set, the half it adds for its own
+/// bookkeeping; None where the query failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketBuffers {
+    /// SO_RCVBUF, bytes.
+    pub receive: Option<usize>,
+    /// SO_SNDBUF, bytes.
+    pub send: Option<usize>,
+}
+
+/// Ask for `bytes` of kernel buffer each way on `socket` (0: leave the
+/// system default) and report what it got. Less than asked is not an
+/// error: the kernel caps the request at `net.core.rmem_max` /
+/// `wmem_max`, and the link works with smaller buffers, only losing more
+/// datagrams when a burst meets a busy CPU; that is logged once per
+/// transport with the setting to raise.
+fn size_socket_buffers(socket: &std::net::UdpSocket, bytes: usize) -> SocketBuffers {
+    let s = socket2::SockRef::from(socket);
+    if bytes > 0 {
+        if let Err(e) = s.set_recv_buffer_size(bytes) {
+            tracing::debug!("QUIC UDP socket: SO_RCVBUF {bytes}: {e}");
+        }
+        if let Err(e) = s.set_send_buffer_size(bytes) {
+            tracing::debug!("QUIC UDP socket: SO_SNDBUF {bytes}: {e}");
+        }
+    }
+    let got = SocketBuffers {
+        receive: s.recv_buffer_size().ok(),
+        send: s.send_buffer_size().ok(),
+    };
+    // Linux reports double what was granted; other systems what was set.
+    let granted = |v: usize| if cfg!(target_os = "linux") { v / 2 } else { v };
+    let short = |v: Option<usize>| v.is_some_and(|v| granted(v) < bytes);
+    if bytes > 0 && (short(got.receive) || short(got.send)) {
+        tracing::info!(
+            "QUIC UDP socket buffers are {} / {} KiB (receive / send), asked {} KiB each: \
+             raise net.core.rmem_max and net.core.wmem_max for fewer drops under load",
+            got.receive.unwrap_or(0) / 1024,
+            got.send.unwrap_or(0) / 1024,
+            bytes / 1024
+        );
+    }
+    got
 }
 
 impl std::fmt::Debug for QuicTransport {
@@ -113,6 +163,7 @@ impl QuicTransport {
             None => None,
         };
         let socket = std::net::UdpSocket::bind(bind)?;
+        let socket_buffers = size_socket_buffers(&socket, limits.udp_socket_buffer);
         let mut ecfg = EndpointConfig::default();
         ecfg.supported_versions(vec![QUIC_VERSION]);
         // Checked by `limits.client_config()` above.
@@ -130,7 +181,14 @@ impl QuicTransport {
             server: Arc::new(RwLock::new(identity)),
             connections: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
+            socket_buffers,
         })
+    }
+
+    /// The UDP socket's kernel buffers as set when the transport was made
+    /// ([`QuicLimits::udp_socket_buffer`]).
+    pub fn socket_buffers(&self) -> SocketBuffers {
+        self.socket_buffers
     }
 
     /// The identity served to new connections (None: client only).

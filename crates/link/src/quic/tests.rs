@@ -183,3 +183,55 @@ async fn loopback_links_discover_large_packets() {
         st.sent_packets
     );
 }
+
+/// The endpoint's UDP socket gets the kernel buffers asked for, as far
+/// as the kernel's cap allows (Linux reports twice what it granted); 0
+/// leaves the system default; an ask past the bound is a configuration
+/// error.
+#[tokio::test]
+async fn udp_socket_buffers_are_sized_as_asked() {
+    let cap = |name: &str| -> Option<usize> {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    };
+    let t = client();
+    let got = t.socket_buffers();
+    let (rcv, snd) = (
+        got.receive.expect("SO_RCVBUF"),
+        got.send.expect("SO_SNDBUF"),
+    );
+    if let (Some(rmax), Some(wmax)) = (cap("rmem_max"), cap("wmem_max")) {
+        let ask = DEFAULT_UDP_SOCKET_BUFFER;
+        assert_eq!(rcv, 2 * ask.min(rmax), "receive buffer (rmem_max {rmax})");
+        assert_eq!(snd, 2 * ask.min(wmax), "send buffer (wmem_max {wmax})");
+    }
+    let small = QuicLimits {
+        udp_socket_buffer: 64 * 1024,
+        ..QuicLimits::default()
+    };
+    let t = QuicTransport::client("127.0.0.1:0".parse().expect("address"), small).expect("client");
+    if cfg!(target_os = "linux") {
+        assert_eq!(t.socket_buffers().receive, Some(128 * 1024));
+    }
+    let untouched = QuicLimits {
+        udp_socket_buffer: 0,
+        ..QuicLimits::default()
+    };
+    let t =
+        QuicTransport::client("127.0.0.1:0".parse().expect("address"), untouched).expect("client");
+    if let Some(def) = cap("rmem_default") {
+        assert_eq!(
+            t.socket_buffers().receive,
+            Some(def),
+            "the default, untouched"
+        );
+    }
+    let huge = QuicLimits {
+        udp_socket_buffer: config::MAX_UDP_SOCKET_BUFFER + 1,
+        ..QuicLimits::default()
+    };
+    let err = QuicTransport::client("127.0.0.1:0".parse().expect("address"), huge)
+        .expect_err("past the bound");
+    assert!(matches!(err, LinkError::Config(_)), "{err:?}");
+}
