@@ -2,6 +2,7 @@
 //! (docs/measure.md). Workloads live in `onionmix_testbed::workload`,
 //! statistics, tables and plots in `onionmix_measure`.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -9,7 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use clap::Args;
 
-use onionmix_measure::record::{Record, RunMeta};
+use onionmix_measure::record::{Record, RunMeta, SocketDrops};
+use onionmix_testbed::kstats::socket_drops;
 use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
 use onionmix_testbed::netinfo::NetworkInfo;
 use onionmix_testbed::spec::{Implementation, Spec};
@@ -145,6 +147,7 @@ fn meta(cfg: &WorkloadConfig, specs: Vec<String>) -> RunMeta {
             .map(|d| d.as_secs())
             .unwrap_or(0),
         params: cfg.params(),
+        socket_drops: BTreeMap::new(),
     }
 }
 
@@ -371,11 +374,14 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
         (0..eps.len()).map(|i| i..i + 1).collect()
     };
     let pins = crate::measure_paths::client_circuits(&cfg, &info, eps.len())?;
+    let before = socket_drops(&info);
     let records = crate::measure_paths::with_pinned(&cfg, &info, eps[0].control.as_ref(), || {
         run_all(&cfg, &eps, &pins, &groups, &eps[0].label)
     })?;
     drop(_tunnel);
-    let m = meta(&cfg, vec![info.spec.clone()]);
+    let mut m = meta(&cfg, vec![info.spec.clone()]);
+    m.socket_drops
+        .insert(info.spec.clone(), socket_drops(&info).since(before));
     finish(&a.out, &records, &[m])
 }
 
@@ -599,8 +605,14 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
             }
         }
         check_endpoints(cfg, &eps)?;
+        let before: Vec<SocketDrops> = guards.iter().map(|g| socket_drops(g.info())).collect();
         records.extend(run_all(cfg, &eps, &pins, &groups, "A, B, A, B...")?);
-        metas.push(meta(cfg, a.specs.clone()));
+        let mut m = meta(cfg, a.specs.clone());
+        for (g, b) in guards.iter().zip(before) {
+            let d = socket_drops(g.info()).since(b);
+            m.socket_drops.insert(g.info().spec.clone(), d);
+        }
+        metas.push(m);
     }
     drop(guards);
     finish(&a.out, &records, &metas)

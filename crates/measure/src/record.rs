@@ -76,4 +76,31 @@ pub struct RunMeta {
     /// Workload parameters (name -> value).
     #[serde(default)]
     pub params: BTreeMap<String, String>,
+    /// Per network spec: UDP datagrams the kernel dropped at a full
+    /// socket buffer in the network's namespaces while the workload ran.
+    /// Losses the emulated links did not make; QUIC takes them for
+    /// congestion. Absent in runs recorded before it was counted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub socket_drops: BTreeMap<String, SocketDrops>,
+}
+
+/// Datagrams dropped at full UDP socket buffers (the kernel's
+/// `RcvbufErrors` and `SndbufErrors`, IPv4 and IPv6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketDrops {
+    /// Arrived, found the receiving socket's buffer full.
+    pub udp_receive: u64,
+    /// Found the sending socket's buffer full.
+    pub udp_send: u64,
+}
+
+impl SocketDrops {
+    /// What `self` counted beyond `earlier` (counters that went backwards,
+    /// a namespace that went away, count as zero).
+    pub fn since(self, earlier: SocketDrops) -> SocketDrops {
+        SocketDrops {
+            udp_receive: self.udp_receive.saturating_sub(earlier.udp_receive),
+            udp_send: self.udp_send.saturating_sub(earlier.udp_send),
+        }
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod arti;
 pub mod http;
+pub mod kstats;
 pub mod launcher;
 pub mod loopix;
 pub mod netinfo;

@@ -41,6 +41,28 @@ pub(super) fn write_metas(md: &mut String, metas: &[RunMeta]) {
                 .collect();
             let _ = writeln!(md, "- params: {}", params.join(", "));
         }
+        if !m.socket_drops.is_empty() {
+            let per: Vec<String> = m
+                .socket_drops
+                .iter()
+                .map(|(spec, d)| format!("{} {} / {}", cell(spec), d.udp_receive, d.udp_send))
+                .collect();
+            let any = m
+                .socket_drops
+                .values()
+                .any(|d| d.udp_receive > 0 || d.udp_send > 0);
+            let _ = writeln!(
+                md,
+                "- UDP datagrams dropped at full socket buffers while it ran (receive / send; \
+                 the hosts' losses, not the emulated links'): {}{}",
+                per.join(", "),
+                if any {
+                    ". **Not zero: UDP transports (QUIC links) lost packets to host load**"
+                } else {
+                    ""
+                }
+            );
+        }
         if m.links.trim().is_empty() {
             md.push_str("- links: none (no emulation)\n\n");
         } else {

@@ -3,7 +3,7 @@
 
 use super::format::{cell, code, num, size_slug, slug, utc};
 use super::*;
-use crate::record::BASELINE_LABEL;
+use crate::record::{BASELINE_LABEL, SocketDrops};
 
 const A: &str = "onionmix-basic/omclient0";
 const B: &str = "stock-basic/torclient0";
@@ -55,6 +55,17 @@ fn meta() -> RunMeta {
         seed: 42,
         started_unix: 1_700_000_000,
         params: [("runs".to_string(), "21".to_string())].into(),
+        socket_drops: [
+            ("onionmix-basic".to_string(), SocketDrops::default()),
+            (
+                "stock-basic".to_string(),
+                SocketDrops {
+                    udp_receive: 59,
+                    udp_send: 0,
+                },
+            ),
+        ]
+        .into(),
     }
 }
 
@@ -73,6 +84,10 @@ fn report_has_medians_ratios_and_plots() {
     assert!(md.contains("onionmix compare --spec onionmix-basic"));
     assert!(md.contains("abc1234-dirty"));
     assert!(md.contains("2023-11-14 22:13:20 UTC"));
+    assert!(
+        md.contains("onionmix-basic 0 / 0, stock-basic 59 / 0. **Not zero"),
+        "{md}"
+    );
     assert!(md.contains("`runs = 21`"));
     assert!(md.contains("default = \"wan\""));
     assert!(md.contains("seed: 42"));
