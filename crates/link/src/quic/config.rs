@@ -140,9 +140,12 @@ impl QuicCongestion {
 /// per-packet work (packet protection, frames, ACKs, system calls) a
 /// quarter as often.
 pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = 6 * 1024;
-/// [`QuicLimits::udp_socket_buffer`] by default: 4 MiB each way, about
-/// 2,800 full-size datagrams, a quarter second of a gigabit link.
-pub const DEFAULT_UDP_SOCKET_BUFFER: usize = 4 * 1024 * 1024;
+/// [`QuicLimits::udp_socket_buffer`] by default: 1 MiB each way, about
+/// 700 datagrams of 1452 bytes. Enough to absorb a burst that meets a
+/// busy CPU (no drops in seed 004's scenario 3, where 208 KiB dropped);
+/// 4 MiB did as well but let a CPU-bound loopback transfer queue so much
+/// that it cost about 15% more CPU per MiB (`docs/quic-links.md` §8).
+pub const DEFAULT_UDP_SOCKET_BUFFER: usize = 1024 * 1024;
 /// The largest [`QuicLimits::udp_socket_buffer`] (the kernel takes an int).
 pub const MAX_UDP_SOCKET_BUFFER: usize = 256 * 1024 * 1024;
 /// The smallest UDP payload QUIC allows (RFC 9000 §14).
