@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use onionmix_testbed::launcher::{self, LaunchOptions, NetworkGuard};
 use onionmix_testbed::netinfo::NetworkInfo;
 use onionmix_testbed::onion::{self, ExtraProcs, echo_by_name};
-use onionmix_testbed::spec::{Implementation, Spec};
+use onionmix_testbed::spec::{Implementation, Role, Spec};
 
 const SPEC: &str = r#"
 name = "onion-interop"
@@ -202,6 +202,27 @@ fn onion_services_interoperate_with_stock_tor() {
     };
     let (stock_svc, our_svc) = (svc(Implementation::Tor), svc(Implementation::Onionmix));
     assert_eq!(info.onion_services.len(), 2);
+    // The services started only once the consensus listed every relay and
+    // every stock relay held it, i.e. after every other node (start times
+    // in clock ticks since boot). Started with the rest, a stock service
+    // could pick its layer-2 vanguards and introduction points from an
+    // early consensus of one or two relays, burn them all, and publish
+    // nothing for 5 minutes (CI, 2026-12-07).
+    let last_other = info
+        .nodes
+        .iter()
+        .filter(|n| !n.has_role(Role::OnionService))
+        .map(|n| n.start_time)
+        .max()
+        .unwrap();
+    for n in info.nodes.iter().filter(|n| n.has_role(Role::OnionService)) {
+        assert!(
+            n.start_time > last_other,
+            "{} started at tick {} before the network was complete (last other node: {last_other})",
+            n.name,
+            n.start_time
+        );
+    }
     assert!(stock_svc.address.ends_with(".onion") && stock_svc.address.len() == 62);
     let rt = tokio::runtime::Runtime::new().unwrap();
 

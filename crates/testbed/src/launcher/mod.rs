@@ -397,11 +397,24 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         Role::OnionService,
         Role::Client,
     ];
+    // Onion services start once the network's consensus is complete and
+    // every stock relay holds it (see `ready::wait_ready`): started with
+    // the rest, a stock service bootstraps from a consensus listing one or
+    // two relays, picks its vanguards-lite layer-2 set and introduction
+    // points from those, and its circuits fail ("Failed to find node for
+    // hop #2"); each introduction point that fails 3 launches is shunned
+    // for 300 s, so the service published nothing for minutes (CI
+    // 2026-12-07).
+    let mut deferred: Vec<(NodeInfo, Command)> = Vec::new();
     p.step(
         "start",
         &format!(
             "starting {} processes",
             planned.len() + usize::from(spec.sink)
+                - planned
+                    .iter()
+                    .filter(|n| n.role == Role::OnionService)
+                    .count()
         ),
     );
     for role in order {
@@ -436,6 +449,10 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
                     c
                 }
             };
+            if role == Role::OnionService {
+                deferred.push((info, cmd));
+                continue;
+            }
             let child = match proc::spawn(cmd, &info.log) {
                 Ok(c) => c,
                 Err(e) => {
@@ -450,8 +467,16 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         }
     }
 
-    let onion_services = match wait_ready(spec, &dir, opts, &p, &mut children, &started, &sink_info)
-    {
+    let onion_services = match wait_ready(
+        spec,
+        &dir,
+        opts,
+        &p,
+        &mut children,
+        &mut started,
+        deferred,
+        &sink_info,
+    ) {
         Ok(s) => s,
         Err(err) => return Err(fail(&mut children, &started, &sink_info, err)),
     };

@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::{LaunchError, LaunchOptions, Progress};
@@ -14,15 +14,19 @@ use crate::spec::{Implementation, Role, Spec};
 /// Wait until the network is usable: a consensus listing every relay,
 /// every stock relay holding it, every client bootstrapped and carrying a
 /// round trip to the sink, every client-service pair a round trip; then
-/// the sink accepting connections. Returns the onion services. The caller
-/// stops what was started when this fails.
+/// the sink accepting connections. The onion services (`deferred`, not yet
+/// spawned) start once every stock relay holds the full consensus; they
+/// join `children` and `started`. Returns the onion services. The caller
+/// stops what was started (`started`) when this fails.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn wait_ready(
     spec: &Spec,
     dir: &Path,
     opts: &LaunchOptions,
     p: &Progress,
-    children: &mut [Child],
-    started: &[NodeInfo],
+    children: &mut Vec<Child>,
+    started: &mut Vec<NodeInfo>,
+    deferred: Vec<(NodeInfo, Command)>,
     sink_info: &Option<SinkInfo>,
 ) -> Result<Vec<OnionServiceInfo>, LaunchError> {
     let timeout = opts
@@ -37,19 +41,8 @@ pub(super) fn wait_ready(
         .iter()
         .find(|n| n.has_role(Role::Authority))
         .and_then(|n| n.dir_addr());
-    // Onion services: their addresses now (both implementations write the
-    // hostname file at start); reachability from every client is checked
-    // once the clients work.
+    let mut deferred = Some(deferred);
     let mut onion_services = Vec::new();
-    for n in started.iter().filter(|n| n.has_role(Role::OnionService)) {
-        match crate::onion::info(n, Duration::from_secs(30)) {
-            Ok(s) => onion_services.push(s),
-            Err(e) => {
-                let err = LaunchError::node(e, n);
-                return Err(err);
-            }
-        }
-    }
     let mut onion_wait: Option<crate::onion::OnionWait> = None;
     let mut last_count = usize::MAX;
     let mut consensus_ok = false;
@@ -105,6 +98,13 @@ pub(super) fn wait_ready(
                 p.step("consensus", "complete");
             }
         }
+        if consensus_ok
+            && dir_wait.done()
+            && let Some(services) = deferred.take()
+            && !services.is_empty()
+        {
+            onion_services = start_services(p, children, started, services)?;
+        }
         let clients: Vec<&NodeInfo> = started
             .iter()
             .filter(|n| n.has_role(Role::Client))
@@ -136,7 +136,9 @@ pub(super) fn wait_ready(
                 );
             }
         }
-        if consensus_ok && dir_wait.done() && done == clients.len() {
+        // `deferred` is None once the onion services were started (the
+        // block above, at the next turn after `dir_wait` is done).
+        if consensus_ok && dir_wait.done() && deferred.is_none() && done == clients.len() {
             // Bootstrapped is not yet usable (stock tor may still fail its
             // first streams): require an echo round trip through each client.
             let echo = sink_info.as_ref().map(|s| s.echo);
@@ -226,6 +228,36 @@ pub(super) fn wait_ready(
         return Err(err);
     }
     Ok(onion_services)
+}
+
+/// Spawn the onion services and read their addresses (both
+/// implementations write the hostname file at start); reachability from
+/// every client is checked once the clients work.
+fn start_services(
+    p: &Progress,
+    children: &mut Vec<Child>,
+    started: &mut Vec<NodeInfo>,
+    services: Vec<(NodeInfo, Command)>,
+) -> Result<Vec<OnionServiceInfo>, LaunchError> {
+    p.step(
+        "services",
+        &format!("starting {} onion services", services.len()),
+    );
+    let first = started.len();
+    for (mut info, cmd) in services {
+        let child = proc::spawn(cmd, &info.log)
+            .map_err(|e| LaunchError::node(format!("cannot start: {e}"), &info))?;
+        info.pid = child.id();
+        info.start_time = proc::start_time(info.pid).unwrap_or(0);
+        children.push(child);
+        started.push(info);
+    }
+    started[first..]
+        .iter()
+        .map(|n| {
+            crate::onion::info(n, Duration::from_secs(30)).map_err(|e| LaunchError::node(e, n))
+        })
+        .collect()
 }
 
 /// Waits until every stock (tor) relay and exit holds a microdesc
