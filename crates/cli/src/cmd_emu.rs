@@ -173,7 +173,14 @@ enum ProbeCmd {
     },
     /// Accept one onionmix QUIC link and count its circuit streams' bytes
     /// (as `bulk-sink`).
-    QuicBulkSink(SinkArgs),
+    QuicBulkSink {
+        #[command(flatten)]
+        sink: SinkArgs,
+        /// UDP socket buffer each way, bytes (default: the relays'
+        /// `udp_socket_buffer`; 0: the system default).
+        #[arg(long)]
+        udp_buffer: Option<usize>,
+    },
     /// Send bulk data on an onionmix QUIC link.
     QuicBulkSource {
         #[arg(long)]
@@ -190,6 +197,9 @@ enum ProbeCmd {
         /// Circuit streams written in parallel.
         #[arg(long, default_value_t = 1)]
         streams: u32,
+        /// UDP socket buffer each way, bytes (as `quic-bulk-sink`).
+        #[arg(long)]
+        udp_buffer: Option<usize>,
     },
 }
 
@@ -303,10 +313,13 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
             println!("{{\"sent_bytes\":{n}}}");
             Ok(())
         }
-        ProbeCmd::QuicBulkSink(a) => {
+        ProbeCmd::QuicBulkSink {
+            sink: a,
+            udp_buffer,
+        } => {
             let (warmup, measure, timeout) = a.durations();
             print_json(&crate::quic_probe::quic_bulk_sink(
-                a.listen, warmup, measure, timeout, a.drain,
+                a.listen, warmup, measure, timeout, a.drain, udp_buffer,
             )?)
         }
         ProbeCmd::QuicBulkSource {
@@ -315,6 +328,7 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
             cc,
             weight,
             streams,
+            udp_buffer,
         } => {
             let n = crate::quic_probe::quic_bulk_source(
                 connect,
@@ -322,6 +336,7 @@ fn probe_cmd(p: ProbeCmd) -> anyhow::Result<()> {
                 cc,
                 weight,
                 streams,
+                udp_buffer,
             )?;
             println!("{{\"sent_bytes\":{n}}}");
             Ok(())

@@ -51,6 +51,11 @@ pub(crate) struct FairnessArgs {
     /// Subnet for the two namespaces.
     #[arg(long, default_value = "10.77.251.0/24")]
     subnet: String,
+    /// UDP socket buffer of both QUIC endpoints, each way, bytes (default:
+    /// the relays' `udp_socket_buffer`; 0: the system default, as before
+    /// 2026-12-07).
+    #[arg(long)]
+    udp_buffer: Option<usize>,
 }
 
 /// The flow that competes with the reference TCP flow.
@@ -117,26 +122,30 @@ const SOURCE_EXTRA_SECS: u64 = 3;
 fn run_once(net: &TestNet, a: &FairnessArgs, s: &Series, port: u16) -> anyhow::Result<(f64, f64)> {
     let timeout = a.seconds + SOURCE_EXTRA_SECS + 30;
     let measure_ms = a.seconds.saturating_sub(a.warmup_s).max(1) * 1000 - 500;
-    let sink = |kind: &str, addr: SocketAddr| {
-        net.server(
-            "r",
-            &args(&[
-                &kind,
-                &format!("--listen={addr}"),
-                &format!("--warmup-ms={}", a.warmup_s * 1000),
-                &format!("--measure-ms={measure_ms}"),
-                &format!("--timeout-s={timeout}"),
-                &"--drain",
-            ]),
-        )
-        .with_context(|| format!("{kind} in r"))
+    // `--udp-buffer` for the QUIC probes, when asked.
+    let udp_buffer: Vec<String> = a
+        .udp_buffer
+        .map(|b| format!("--udp-buffer={b}"))
+        .into_iter()
+        .collect();
+    let sink = |kind: &str, addr: SocketAddr, extra: &[String]| {
+        let mut v = args(&[
+            &kind,
+            &format!("--listen={addr}"),
+            &format!("--warmup-ms={}", a.warmup_s * 1000),
+            &format!("--measure-ms={measure_ms}"),
+            &format!("--timeout-s={timeout}"),
+            &"--drain",
+        ]);
+        v.extend(extra.iter().cloned());
+        net.server("r", &v).with_context(|| format!("{kind} in r"))
     };
     let tcp_addr = net.sock("r", port);
     let other_addr = net.sock("r", port + 1);
-    let tcp_sink = sink("bulk-sink", tcp_addr)?;
+    let tcp_sink = sink("bulk-sink", tcp_addr, &[])?;
     let other_sink = match s {
-        Series::Tcp => sink("bulk-sink", other_addr)?,
-        Series::Quic { .. } => sink("quic-bulk-sink", other_addr)?,
+        Series::Tcp => sink("bulk-sink", other_addr, &[])?,
+        Series::Quic { .. } => sink("quic-bulk-sink", other_addr, &udp_buffer)?,
     };
     // The sources outlast both windows (each starts at its own first
     // byte), so neither flow stops while the other is still measured.
@@ -158,9 +167,8 @@ fn run_once(net: &TestNet, a: &FairnessArgs, s: &Series, port: u16) -> anyhow::R
                 &format!("--seconds={secs}"),
             ]),
         )?,
-        Series::Quic { cc, streams } => net.spawn_probe(
-            "s",
-            &args(&[
+        Series::Quic { cc, streams } => {
+            let mut v = args(&[
                 &"quic-bulk-source",
                 &format!("--connect={other_addr}"),
                 &format!("--seconds={secs}"),
@@ -170,8 +178,10 @@ fn run_once(net: &TestNet, a: &FairnessArgs, s: &Series, port: u16) -> anyhow::R
                     "--weight={}",
                     (*streams).min(onionmix_link::quic::MAX_CIRCUIT_WEIGHT)
                 ),
-            ]),
-        )?,
+            ]);
+            v.extend(udp_buffer.iter().cloned());
+            net.spawn_probe("s", &v)?
+        }
     };
     let wait = Duration::from_secs(timeout + 10);
     tcp_src.finish(wait)?;
@@ -215,13 +225,21 @@ pub(crate) fn fairness(a: FairnessArgs) -> anyhow::Result<()> {
     println!(
         "# onionmix emulator fairness: {} Mbit/s, {} ms and loss {} each way, \
          drop-tail queue of 100 ms of the rate (at least 32 KiB); {} s per run ({} s warm-up); \
-         reference flow: TCP {}",
+         reference flow: TCP {}; QUIC UDP socket buffers {}",
         a.rate_mbit,
         a.delay_ms,
         a.loss,
         a.seconds,
         a.warmup_s,
-        tcp_cc.trim()
+        tcp_cc.trim(),
+        match a.udp_buffer {
+            None => format!(
+                "{} bytes each way (the relays' default)",
+                onionmix_link::quic::QuicLimits::default().udp_socket_buffer
+            ),
+            Some(0) => "the system default".into(),
+            Some(b) => format!("{b} bytes each way"),
+        }
     );
     let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); a.series.len()];
     let mut port = 9000u16;

@@ -68,6 +68,7 @@ pub fn quic_bulk_sink(
     measure: Duration,
     timeout: Duration,
     drain: bool,
+    udp_buffer: Option<usize>,
 ) -> anyhow::Result<BulkResult> {
     let mut rng = rand::rngs::OsRng;
     let id = onionmix_crypto::RsaKeypair::generate(&mut rng, 1024)?;
@@ -83,6 +84,7 @@ pub fn quic_bulk_sink(
         let d = QuicLimits::default();
         let limits = QuicLimits {
             stream_receive_window: d.receive_window,
+            udp_socket_buffer: udp_buffer.unwrap_or(d.udp_socket_buffer),
             ..d
         };
         let t = QuicTransport::server(
@@ -166,6 +168,7 @@ pub fn quic_bulk_source(
     cc: QuicCongestion,
     weight: u32,
     streams: u32,
+    udp_buffer: Option<usize>,
 ) -> anyhow::Result<u64> {
     anyhow::ensure!(
         (1..=MAX_STREAMS).contains(&streams),
@@ -177,9 +180,11 @@ pub fn quic_bulk_source(
     );
     let duration = duration.min(Duration::from_secs(MAX_SECS));
     runtime()?.block_on(async move {
+        let d = QuicLimits::default();
         let limits = QuicLimits {
             congestion: cc,
-            ..QuicLimits::default()
+            udp_socket_buffer: udp_buffer.unwrap_or(d.udp_socket_buffer),
+            ..d
         };
         let bind = SocketAddr::new(
             match connect {

@@ -1,7 +1,8 @@
 //! `onionmix emulator fairness` end to end (root): a TCP flow and an
 //! onionmix QUIC link (`cubic-per-circuit` standing for two circuits) share
 //! one emulated 10 Mbit/s bottleneck; both probes report, both flows
-//! carry data, and together they fill the link without exceeding it. The
+//! carry data, and together they fill the link without exceeding it
+//! (with the QUIC endpoints' UDP socket buffers as asked). The
 //! shares themselves are a benchmark (`scripts/seed-004.sh fairness`,
 //! `docs/benchmarks.md`), not bounded here.
 
@@ -26,12 +27,17 @@ fn fairness_benchmark_runs_a_tcp_flow_against_a_quic_link() {
             "--repeats=1",
             "--series=quic:cubic-per-circuit:2",
             "--subnet=10.77.17.0/24",
+            "--udp-buffer=262144",
         ])
         .output()
         .expect("run onionmix");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("QUIC UDP socket buffers 262144 bytes each way"),
+        "{stdout}"
+    );
     // | QUIC cubic-per-circuit x2 | <tcp> | <quic> | <share> (..) | 0.67 |
     let row = stdout
         .lines()
