@@ -23,14 +23,21 @@ use onionmix_link::{LinkConn, QuicStream, QuicTransport};
 use onionmix_proto::channel::ResponderHandshake;
 
 use super::link::start_accepted;
+use super::netparams::MIN_FETCH_GAP;
 use super::{LINK_HANDSHAKE_TIMEOUT, MAX_KNOWN_ADDRS, RelayCtx, rotate};
 use crate::admission::Permit;
 use crate::clock::now_unix;
 use crate::linkchoice::QuicPeers;
 
 /// How long an extension to a relay our directory does not list waits
-/// for a fresher directory before it picks a transport.
-pub const DIRECTORY_WAIT: Duration = Duration::from_secs(3);
+/// for a fresher directory before it picks a transport: the directory
+/// loop fetches at most every [`MIN_FETCH_GAP`], and the fetch itself
+/// takes time, so a shorter wait could end before the relay is listed
+/// and leave a TLS link open for good (CI 2026-12-07, `mixed_quic_network`:
+/// two relays' links to an exit the consensus listed last were TLS with
+/// a 3 s wait).
+pub const DIRECTORY_WAIT: Duration = Duration::from_secs(MIN_FETCH_GAP.as_secs() + 5);
+const _: () = assert!(DIRECTORY_WAIT.as_secs() > MIN_FETCH_GAP.as_secs());
 
 /// The relay's QUIC state.
 #[derive(Debug)]
