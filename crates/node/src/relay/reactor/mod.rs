@@ -28,7 +28,7 @@ use onionmix_cell::{CellBody, CellCodec, PAYLOAD_LEN, RawCell};
 use onionmix_crypto::Tor1Layer;
 use onionmix_link::circq::CircQueue;
 use onionmix_link::{ChannelIo, ChannelWriter};
-use onionmix_proto::cc::{CcParams, CcPath, ChanSignal, CircSender};
+use onionmix_proto::cc::{CcParams, CircSender};
 use onionmix_proto::channel::ProvenIds;
 use onionmix_proto::layer::RelayLayer;
 use onionmix_proto::relay_circ::{Inbound, RelayCircuit};
@@ -45,9 +45,14 @@ pub(crate) mod conflux;
 mod create;
 mod hs;
 mod origin;
+mod originate;
 pub(crate) mod streams;
 
 pub use hs::HsCmd;
+pub use originate::{
+    DataSend, chan_signal, new_sender, originate_backward, try_originate_counted,
+    try_originate_data,
+};
 
 /// Depth of a reactor's queue of CREATE2s to send for extensions (the
 /// one command a client can multiply at will; past it an extension fails
@@ -714,117 +719,4 @@ fn fwd_buf_in<'a>(
         }
     };
     &mut fwd[idx].1
-}
-
-/// An unencrypted relay cell body (random padding); `None` if `data` does
-/// not fit.
-fn plain_cell(cmd: RelayCmd, sid: u16, data: &[u8]) -> Option<[u8; PAYLOAD_LEN]> {
-    let mut body = [0u8; PAYLOAD_LEN];
-    let mut rng = rand::thread_rng();
-    relay::write(&mut body, cmd, sid, data, |p| rng.fill(p)).ok()?;
-    Some(body)
-}
-
-/// Encrypt a cell originated at this relay towards the client and queue it
-/// on the client-side channel, inside the circuit lock so that cells from
-/// the reactor and from exit streams keep the order they were encrypted in.
-/// Returns whether the channel took it. DATA goes through
-/// [`try_originate_data`] instead.
-pub fn originate_backward(
-    shared: &SharedCirc,
-    chan: &RelayChanHandle,
-    circ_id: u32,
-    cmd: RelayCmd,
-    sid: u16,
-    data: &[u8],
-) -> bool {
-    let Some(mut body) = plain_cell(cmd, sid, data) else {
-        return false;
-    };
-    let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);
-    let mut g = lock(shared);
-    g.layer.originate_backward(&mut body);
-    chan.codec
-        .encode_fixed(circ_id, Cmd::RELAY, &body, &mut buf);
-    chan.writer.send_now(buf)
-}
-
-/// What became of an attempt to send a DATA cell.
-#[derive(Debug, Clone)]
-pub enum DataSend {
-    /// Encrypted and queued on the client's channel.
-    Sent,
-    /// The circuit's window (or congestion window) is closed: wait for a
-    /// SENDME (the circuit's `window_open` notification) and try again.
-    WindowClosed,
-    /// Every conflux leg with room in its window has a full channel: wait
-    /// for this one to drain (or a window to open) and try again.
-    ChanFull(ChannelWriter),
-    /// The circuit or channel is gone.
-    Closed,
-}
-
-/// Send one DATA cell towards the client if the circuit's window allows,
-/// checking and accounting for it (SENDME digest, congestion window) in
-/// the same critical section as the encryption.
-pub fn try_originate_data(
-    shared: &SharedCirc,
-    chan: &RelayChanHandle,
-    circ_id: u32,
-    sid: u16,
-    data: &[u8],
-) -> DataSend {
-    try_originate_counted(shared, chan, circ_id, RelayCmd::DATA, sid, data)
-}
-
-/// [`try_originate_data`] for any message the circuit's window counts
-/// (DATA, DATAGRAM).
-pub fn try_originate_counted(
-    shared: &SharedCirc,
-    chan: &RelayChanHandle,
-    circ_id: u32,
-    cmd: RelayCmd,
-    sid: u16,
-    data: &[u8],
-) -> DataSend {
-    let Some(mut body) = plain_cell(cmd, sid, data) else {
-        return DataSend::Closed;
-    };
-    let mut buf = BytesMut::with_capacity(onionmix_cell::CELL_LEN);
-    let mut g = lock(shared);
-    if g.closed {
-        return DataSend::Closed;
-    }
-    if !g.sender.can_send() {
-        return DataSend::WindowClosed;
-    }
-    let tag = g.layer.originate_backward(&mut body);
-    g.sender.on_sent(tag, Instant::now());
-    chan.codec
-        .encode_fixed(circ_id, Cmd::RELAY, &body, &mut buf);
-    if chan.writer.send_now(buf) {
-        DataSend::Sent
-    } else {
-        DataSend::Closed
-    }
-}
-
-/// Whether `writer`'s queue for circuit `circ_id` counts as blocked for
-/// congestion control (on TLS the channel's whole queue, on QUIC the
-/// circuit stream's).
-pub fn chan_signal(writer: &ChannelWriter, circ_id: u32, p: &CcParams) -> ChanSignal {
-    let queued = writer.circuit_queued_bytes(circ_id);
-    ChanSignal {
-        blocked: queued > p.chan_blocked_bytes(),
-        queued_cells: (queued / onionmix_cell::CELL_LEN) as u64,
-    }
-}
-
-/// A new circuit's sending side: congestion control with `cc_sendme_inc`
-/// if negotiated, else the fixed window.
-pub fn new_sender(p: &CcParams, cc_sendme_inc: Option<u8>) -> CircSender {
-    match cc_sendme_inc {
-        Some(inc) => CircSender::vegas(p, CcPath::Exit, inc),
-        None => CircSender::fixed(p.sendme_accept_min_version),
-    }
 }
