@@ -51,12 +51,28 @@ SERIES=${SERIES:-"quic-cubic quic-bbr tls stock"}
 # pairs tls with quic-bbr instead; TCP_CC= (empty) leaves the host alone.
 TCP_CC=${TCP_CC-cubic}
 CC_FILE=/proc/sys/net/ipv4/tcp_congestion_control
+# What to put back when the script ends.
+restore=()
+trap 'for r in "${restore[@]}"; do eval "$r"; done' EXIT
 if [ -n "$TCP_CC" ] && [ "$(cat "$CC_FILE")" != "$TCP_CC" ]; then
-  old_cc=$(cat "$CC_FILE")
+  restore+=("echo $(cat "$CC_FILE") >$CC_FILE")
   echo "$TCP_CC" >"$CC_FILE"
-  trap 'echo "$old_cc" >"$CC_FILE"' EXIT
 fi
 echo "TCP congestion control: $(cat "$CC_FILE")"
+# The kernel caps UDP socket buffers at net.core.rmem_max / wmem_max; QUIC
+# endpoints ask for 1 MiB (docs/quic-links.md section 1), and with Linux's
+# default 208 KiB busy relays drop datagrams that QUIC takes for
+# congestion. Raised to UDP_BUF_MIN for the run where lower, restored after;
+# UDP_BUF_MIN=0 leaves them alone.
+UDP_BUF_MIN=${UDP_BUF_MIN:-1048576}
+for k in rmem_max wmem_max; do
+  f=/proc/sys/net/core/$k
+  if [ "$UDP_BUF_MIN" -gt 0 ] && [ "$(cat "$f")" -lt "$UDP_BUF_MIN" ]; then
+    restore+=("echo $(cat "$f") >$f")
+    echo "$UDP_BUF_MIN" >"$f"
+  fi
+done
+echo "UDP socket buffer caps: rmem_max $(cat /proc/sys/net/core/rmem_max), wmem_max $(cat /proc/sys/net/core/wmem_max)"
 [ -x "$BIN" ] || cargo build --release -p onionmix
 mkdir -p "$OUT/specs"
 parts=("$@")

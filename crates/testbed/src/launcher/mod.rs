@@ -18,7 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::netinfo::{NetworkInfo, NodeInfo, SinkInfo};
 use crate::proc;
-use crate::spec::{Implementation, Role, Spec};
+use crate::spec::{Implementation, Links, Role, Spec};
+use onionmix_link::quic::DEFAULT_UDP_SOCKET_BUFFER;
 
 pub use network::{Network, NetworkGuard, stop_info, with_faketime};
 pub use ready::{count_consensus_relays, echo_through_socks, http_get_plain};
@@ -155,12 +156,52 @@ impl Progress {
     }
 }
 
+/// A warning when the kernel will grant a QUIC network's endpoints less
+/// UDP socket buffer than they ask for ([`DEFAULT_UDP_SOCKET_BUFFER`]):
+/// it caps `SO_RCVBUF`/`SO_SNDBUF` at `net.core.rmem_max`/`wmem_max`
+/// (`read` gives them by name), and with Linux's default 208 KiB a busy
+/// relay's socket overflows and QUIC takes the drops for congestion
+/// (`docs/quic-links.md` §1). `None` for TLS networks, or when the caps
+/// are high enough or cannot be read.
+fn udp_buffer_warning(spec: &Spec, read: impl Fn(&str) -> Option<usize>) -> Option<String> {
+    if spec.links != Links::Quic {
+        return None;
+    }
+    let want = DEFAULT_UDP_SOCKET_BUFFER;
+    let low: Vec<String> = ["rmem_max", "wmem_max"]
+        .into_iter()
+        .filter_map(|k| {
+            let v = read(k)?;
+            (v < want).then(|| format!("net.core.{k} = {v}"))
+        })
+        .collect();
+    if low.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}: QUIC links get UDP socket buffers under the {want} bytes they ask for, and \
+         datagrams the kernel drops under load count as congestion; raise the caps with \
+         `sysctl -w net.core.rmem_max={want} net.core.wmem_max={want}`",
+        low.join(", ")
+    ))
+}
+
 /// Start the network described by `spec` in `dir`.
 pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, LaunchError> {
     let p = Progress {
         on: opts.progress,
         t0: Instant::now(),
     };
+    if let Some(w) = udp_buffer_warning(spec, |k| {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{k}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }) {
+        p.step("warning", &w);
+        tracing::warn!("{w}");
+    }
     if NetworkInfo::path(dir).exists() {
         if let Ok(old) = NetworkInfo::load(dir) {
             let running = old.nodes.iter().any(|n| proc::alive(n.pid, n.start_time));
@@ -509,4 +550,36 @@ pub fn start(spec: &Spec, dir: &Path, opts: &LaunchOptions) -> Result<Network, L
         children,
         emu,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_buffer_warning_names_the_low_caps_of_quic_networks() {
+        let quic = Spec::load("onionmix-basic-quic").unwrap();
+        let tls = Spec::load("onionmix-basic").unwrap();
+        let want = DEFAULT_UDP_SOCKET_BUFFER;
+        let caps = |r: usize, w: usize| {
+            move |k: &str| match k {
+                "rmem_max" => Some(r),
+                "wmem_max" => Some(w),
+                _ => None,
+            }
+        };
+        // Linux's default on both: both named, with the fix.
+        let w = udp_buffer_warning(&quic, caps(212_992, 212_992)).unwrap();
+        assert!(w.contains("net.core.rmem_max = 212992"), "{w}");
+        assert!(w.contains("net.core.wmem_max = 212992"), "{w}");
+        assert!(w.contains(&format!("net.core.rmem_max={want}")), "{w}");
+        // Only the low one is named.
+        let w = udp_buffer_warning(&quic, caps(want, 4096)).unwrap();
+        assert!(!w.contains("rmem_max ="), "{w}");
+        assert!(w.contains("net.core.wmem_max = 4096"), "{w}");
+        // High enough, unreadable, or a TLS network: nothing.
+        assert_eq!(udp_buffer_warning(&quic, caps(want, 4 * want)), None);
+        assert_eq!(udp_buffer_warning(&quic, |_: &str| None), None);
+        assert_eq!(udp_buffer_warning(&tls, caps(1, 1)), None);
+    }
 }
