@@ -116,16 +116,14 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores, Linux {kernel}, TCP congestion control {tcp}")
 }
 
+/// The commit this binary was built from (`build.rs`), not the checkout's
+/// now: a run can outlast the checkout's state.
 fn git_commit() -> String {
-    std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    env!("ONIONMIX_GIT_COMMIT").to_string()
 }
 
+/// The run's description, taken when it starts (its start time and the
+/// binary's commit; socket drops are added when it ends).
 fn meta(cfg: &WorkloadConfig, specs: Vec<String>) -> RunMeta {
     let links = specs
         .iter()
@@ -375,11 +373,11 @@ pub fn run_measure(a: MeasureArgs) -> anyhow::Result<()> {
     };
     let pins = crate::measure_paths::client_circuits(&cfg, &info, eps.len())?;
     let before = socket_drops(&info);
+    let mut m = meta(&cfg, vec![info.spec.clone()]);
     let records = crate::measure_paths::with_pinned(&cfg, &info, eps[0].control.as_ref(), || {
         run_all(&cfg, &eps, &pins, &groups, &eps[0].label)
     })?;
     drop(_tunnel);
-    let mut m = meta(&cfg, vec![info.spec.clone()]);
     m.socket_drops
         .insert(info.spec.clone(), socket_drops(&info).since(before));
     finish(&a.out, &records, &[m])
@@ -606,8 +604,8 @@ pub fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         }
         check_endpoints(cfg, &eps)?;
         let before: Vec<SocketDrops> = guards.iter().map(|g| socket_drops(g.info())).collect();
-        records.extend(run_all(cfg, &eps, &pins, &groups, "A, B, A, B...")?);
         let mut m = meta(cfg, a.specs.clone());
+        records.extend(run_all(cfg, &eps, &pins, &groups, "A, B, A, B...")?);
         for (g, b) in guards.iter().zip(before) {
             let d = socket_drops(g.info()).since(b);
             m.socket_drops.insert(g.info().spec.clone(), d);

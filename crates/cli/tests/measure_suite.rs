@@ -66,6 +66,32 @@ fn check_outputs(out: &Path, workload: &str) {
     );
     let meta = std::fs::read_to_string(out.join("meta.json")).unwrap();
     assert!(meta.contains("git_commit") && meta.contains("machine"));
+    // The record is taken when the run starts: no event began before the
+    // first one (seconds, truncated), and it names the binary's commit.
+    let metas: Vec<serde_json::Value> = match serde_json::from_str(&meta).unwrap() {
+        serde_json::Value::Array(v) => v,
+        one => vec![one],
+    };
+    let first_event_ms = jsonl
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["start_unix_ms"]
+                .as_f64()
+                .unwrap()
+        })
+        .fold(f64::INFINITY, f64::min);
+    let started_ms = metas
+        .iter()
+        .map(|m| m["started_unix"].as_u64().unwrap() as f64 * 1000.0)
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        started_ms <= first_event_ms,
+        "{workload}: meta.json says the run started at {started_ms} ms, after its first event at {first_event_ms} ms"
+    );
+    for m in &metas {
+        assert!(!m["git_commit"].as_str().unwrap().is_empty(), "{m}");
+    }
 }
 
 #[test]

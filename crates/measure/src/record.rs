@@ -59,7 +59,8 @@ pub struct RunMeta {
     /// Machine: CPU model, cores, kernel, the kernel's TCP congestion
     /// controller.
     pub machine: String,
-    /// `git describe --always --dirty` of the source tree, if known.
+    /// `git describe --always --dirty` of the source tree the binary was
+    /// built from (`unknown` outside a git checkout).
     pub git_commit: String,
     /// onionmix version.
     pub version: String,
