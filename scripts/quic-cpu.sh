@@ -6,7 +6,10 @@
 # client process, download through the client for DURATION seconds
 # (`goodput`, one stream, RUNS runs), read the CPU time again, stop the
 # network. Prints and writes $OUT/cpu.md: CPU ms per MiB carried, per
-# round and the median per spec.
+# round and the median per spec, and the ratio of the first spec to the
+# second: of the medians, and per round (the two networks ran one after
+# the other, so a round's ratio is the least touched by the drift of a
+# VM's speed) with the median of those and a 95% bootstrap interval.
 #
 #   scripts/quic-cpu.sh                      # ~10 minutes on 2 cores
 #   ROUNDS=1 RUNS=1 scripts/quic-cpu.sh      # a smoke run
@@ -62,7 +65,7 @@ PY
 done
 
 python3 - "$OUT" <<'PY'
-import collections, statistics, sys, pathlib
+import collections, random, statistics, sys, pathlib
 out = pathlib.Path(sys.argv[1])
 rows = [l.split("\t") for l in (out / "rows.tsv").read_text().splitlines()]
 lines = ["| spec | round | MiB carried | CPU ms (relays, exits, client) | CPU ms per MiB |",
@@ -77,7 +80,21 @@ for spec, v in per.items():
 specs = list(per)
 if len(specs) >= 2:
     a, b = (statistics.median(per[s]) for s in specs[:2])
-    lines.append(f"\nratio {specs[0]} / {specs[1]}: {a / b:.3f}")
+    lines.append(f"\nratio {specs[0]} / {specs[1]}: {a / b:.3f} (of the medians)")
+    # Per round: the two specs ran back to back.
+    by_round = collections.defaultdict(dict)
+    for spec, rnd, _mib, _cpu, per_mib in rows:
+        by_round[rnd][spec] = float(per_mib)
+    ratios = [r[specs[0]] / r[specs[1]] for r in by_round.values()
+              if specs[0] in r and specs[1] in r and r[specs[1]] > 0]
+    if ratios:
+        rng = random.Random(4)
+        boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                      for _ in range(2000))
+        lo, hi = boot[50], boot[1949]
+        lines.append("per round: " + ", ".join(f"{r:.3f}" for r in ratios))
+        lines.append(f"median of the per-round ratios: {statistics.median(ratios):.3f} "
+                     f"[95% bootstrap {lo:.3f}, {hi:.3f}] over {len(ratios)} rounds")
 (out / "cpu.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
