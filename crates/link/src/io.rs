@@ -27,8 +27,8 @@ const READ_QUEUE: usize = 32;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// A write that makes no progress for this long kills the channel.
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(120);
-/// Read buffer growth step.
-const READ_CHUNK: usize = 32 * 1024;
+/// Read buffer growth step, and the most one read appends.
+pub(crate) const READ_CHUNK: usize = 32 * 1024;
 /// An empty read buffer larger than this is released.
 const READ_BUF_KEEP: usize = 64 * 1024;
 /// Bytes gathered into one write at most (more if one chunk is larger).
@@ -262,11 +262,20 @@ where
     let (in_tx, in_rx) = mpsc::channel::<Result<Vec<RawCell>, String>>(READ_QUEUE);
     let (writer, out_rx) = ChannelWriter::new();
     tokio::spawn(async move {
-        let why =
-            match read_cells(rd, &codec, leftover, &in_tx, Some(IDLE_TIMEOUT), |_| Ok(())).await {
-                ReadEnd::ReactorGone => return,
-                end => end.describe(),
-            };
+        let why = match read_cells(
+            &mut ByteSource(rd),
+            &codec,
+            leftover,
+            &in_tx,
+            Some(IDLE_TIMEOUT),
+            false,
+            |_| Ok(()),
+        )
+        .await
+        {
+            ReadEnd::ReactorGone => return,
+            end => end.describe(),
+        };
         let _ = in_tx.send(Err(why)).await;
     });
     spawn_writer(wr, writer.clone(), out_rx);
@@ -315,23 +324,61 @@ impl ReadEnd {
     }
 }
 
+/// Where [`read_cells`] gets its bytes: a byte stream (TLS, the QUIC
+/// control stream) or a QUIC circuit stream
+/// ([`crate::quic::chan`]'s source, which holds no read buffer while it
+/// waits).
+pub(crate) trait CellSource: Send {
+    /// Wait until bytes arrive and append them to `buf` (about
+    /// [`READ_CHUNK`] at most); `Ok(0)` when the peer finished sending.
+    fn fill(&mut self, buf: &mut BytesMut) -> impl Future<Output = std::io::Result<usize>> + Send;
+}
+
+/// A byte stream as a [`CellSource`]: reads into `buf`'s spare capacity,
+/// keeping up to [`READ_BUF_KEEP`] of it between reads.
+pub(crate) struct ByteSource<R>(pub R);
+
+impl<R: AsyncRead + Unpin + Send> CellSource for ByteSource<R> {
+    async fn fill(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        if buf.is_empty() && buf.capacity() > READ_BUF_KEEP {
+            // A burst grew the buffer: give the memory back while idle.
+            *buf = BytesMut::new();
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+            buf.reserve(READ_CHUNK);
+        }
+        self.0.read_buf(buf).await
+    }
+}
+
 /// Read cells from `rd` (after `buf`, bytes already read) and hand them to
 /// the reactor in batches until the stream ends or `check` refuses one.
-/// `idle`: give up when nothing arrives for that long.
-pub(crate) async fn read_cells<R>(
-    mut rd: R,
+/// `idle`: give up when nothing arrives for that long. `fixed_only`: the
+/// stream carries fixed-size cells only (a QUIC circuit stream), so a
+/// variable-length header is refused as soon as it arrives rather than
+/// after up to 64 KiB of its body were buffered.
+pub(crate) async fn read_cells<S: CellSource>(
+    rd: &mut S,
     codec: &CellCodec,
     mut buf: BytesMut,
     in_tx: &InboundTx,
     idle: Option<Duration>,
+    fixed_only: bool,
     mut check: impl FnMut(&RawCell) -> Result<(), String>,
-) -> ReadEnd
-where
-    R: AsyncRead + Unpin,
-{
+) -> ReadEnd {
     loop {
         let mut batch = Vec::new();
         loop {
+            if fixed_only
+                && codec
+                    .frame_len(&buf)
+                    .is_some_and(|l| l != codec.fixed_len())
+            {
+                if !batch.is_empty() {
+                    let _ = in_tx.send(Ok(batch)).await;
+                }
+                return ReadEnd::Refused("a variable-length cell on a circuit stream".into());
+            }
             match codec.decode(&mut buf) {
                 Ok(Some(cell)) => {
                     if let Err(why) = check(&cell) {
@@ -356,19 +403,12 @@ where
             }
             continue;
         }
-        if buf.is_empty() && buf.capacity() > READ_BUF_KEEP {
-            // A burst grew the buffer: give the memory back while idle.
-            buf = BytesMut::new();
-        }
-        if buf.capacity() - buf.len() < READ_CHUNK / 2 {
-            buf.reserve(READ_CHUNK);
-        }
         let read = match idle {
-            Some(d) => match tokio::time::timeout(d, rd.read_buf(&mut buf)).await {
+            Some(d) => match tokio::time::timeout(d, rd.fill(&mut buf)).await {
                 Ok(r) => r,
                 Err(_) => return ReadEnd::Idle,
             },
-            None => rd.read_buf(&mut buf).await,
+            None => rd.fill(&mut buf).await,
         };
         match read {
             Ok(0) => return ReadEnd::Eof,

@@ -3,7 +3,8 @@
 //! control stream; a circuit whose stream the peer does not read blocks
 //! nobody else and is destroyed when its queue passes the limit; a peer
 //! breaking the mapping loses that circuit only (or, on the control
-//! stream, the link); with per-circuit CUBIC the link's controller
+//! stream, the link), a variable-length header on a circuit stream as
+//! soon as it arrives; with per-circuit CUBIC the link's controller
 //! stands for the circuits that send.
 
 use std::time::Duration;
@@ -313,6 +314,47 @@ async fn peer_mistakes_end_only_their_circuit() {
         within("closed", rl.closed_with_code()).await,
         Some(codes::PROTOCOL)
     );
+}
+
+/// A variable-length cell header on a circuit stream (which carries only
+/// fixed-size cells) is refused when the header arrives, not after its
+/// body of up to 64 KiB was buffered: a peer cannot park that much on each
+/// of a link's streams, neither as the first cell (where the first-cell
+/// wait would otherwise hold it until `open_stream_timeout`) nor later
+/// (where nothing bounds the wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variable_length_header_on_a_circuit_stream_is_refused_at_once() {
+    // Longer than any wait here: a refusal seen comes from the header.
+    let limits = QuicLimits {
+        open_stream_timeout: Duration::from_secs(600),
+        ..QuicLimits::default()
+    };
+    let (mut a, rl, _rctrl, _ends) = setup(limits, true).await;
+    let destroy_protocol = Some(u64::from(codes::destroy_code(destroy_reason::PROTOCOL)));
+    // VPADDING (128) announcing 65535 bytes, followed by 1000 of them.
+    let var_header = |circ: u32| {
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&circ.to_be_bytes());
+        b.extend_from_slice(&[128, 0xff, 0xff]);
+        b.extend_from_slice(&[0u8; 1000]);
+        b
+    };
+    let mut s1 = rl.open_circuit_stream().await.expect("open");
+    s1.write_all(&var_header(0x21)).await.expect("write");
+    assert_eq!(reset_code(&mut s1).await, destroy_protocol);
+
+    // After its CREATE2: the circuit is destroyed with PROTOCOL.
+    let x = 0x22u32;
+    let mut s2 = rl.open_circuit_stream().await.expect("open");
+    let mut out = cell(x, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&var_header(x));
+    s2.write_all(&out).await.expect("write");
+    let got = recv(&mut a, 2).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::CREATE2));
+    assert_eq!((got[1].circ_id, got[1].cmd), (x, ChanCmd::DESTROY));
+    assert_eq!(got[1].payload[0], destroy_reason::PROTOCOL);
+    assert_eq!(reset_code(&mut s2).await, destroy_protocol);
+    quiet(&mut a).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

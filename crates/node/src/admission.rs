@@ -285,13 +285,15 @@ impl KnownAddrs {
     pub fn new(fixed: Vec<IpAddr>, max: usize) -> Self {
         KnownAddrs {
             max,
-            fixed,
+            fixed: fixed.into_iter().map(|ip| ip.to_canonical()).collect(),
             seen: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether `ip` is known.
+    /// Whether `ip` is known (an IPv4 address mapped into IPv6, as a
+    /// dual-stack socket reports it, is the IPv4 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
         self.fixed.contains(&ip)
             || self
                 .seen
@@ -302,6 +304,7 @@ impl KnownAddrs {
 
     /// Learn (or refresh) `ip` at `now`.
     pub fn learn(&self, ip: IpAddr, now: Instant) {
+        let ip = ip.to_canonical();
         if self.fixed.contains(&ip) || self.max == 0 {
             return;
         }
@@ -457,6 +460,16 @@ mod tests {
             a.admit("2001:db8:0:1::1".parse().unwrap(), false, t)
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn known_addresses_match_ipv4_mapped_into_ipv6() {
+        let k = KnownAddrs::new(vec!["::ffff:192.0.2.1".parse().unwrap()], 4);
+        assert!(k.contains("192.0.2.1".parse().unwrap()));
+        k.learn("::ffff:198.51.100.2".parse().unwrap(), Instant::now());
+        assert!(k.contains("198.51.100.2".parse().unwrap()));
+        assert!(k.contains("::ffff:198.51.100.2".parse().unwrap()));
+        assert!(!k.contains("198.51.100.3".parse().unwrap()));
     }
 
     #[test]

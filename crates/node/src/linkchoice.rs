@@ -4,10 +4,12 @@
 //! that rule: relays extending and clients reaching their first hop use it.
 //!
 //! [`QuicPeers`] remembers, per relay identity, the QUIC address learned
-//! from a link that authenticated over QUIC and the peers whose QUIC
-//! attempt failed while TLS worked (they get TLS until
+//! from a link that authenticated over QUIC and the QUIC addresses that
+//! failed while TLS worked (that address gets no QUIC attempt until
 //! [`RETRY_QUIC_AFTER`] has passed, so a blocked UDP path costs the
-//! fallback time once, not on every link). Both tables are bounded.
+//! fallback time once, not on every link; another address for the same
+//! relay is still tried, so a wrong address from an EXTEND2 hint cannot
+//! shut the right one out). Both tables are bounded.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -50,7 +52,8 @@ pub struct QuicPeers {
 #[derive(Debug, Default)]
 struct Inner {
     addrs: HashMap<[u8; 20], SocketAddr>,
-    failed: HashMap<[u8; 20], Instant>,
+    /// The address whose QUIC attempt failed, and when.
+    failed: HashMap<[u8; 20], (SocketAddr, Instant)>,
 }
 
 impl QuicPeers {
@@ -79,39 +82,49 @@ impl QuicPeers {
         g.addrs.insert(id, addr);
     }
 
-    /// A QUIC attempt to `id` failed where TLS then worked.
-    pub fn failed(&self, id: [u8; 20], now: Instant) {
+    /// A QUIC attempt to `id` at `addr` failed where TLS then worked.
+    pub fn failed(&self, id: [u8; 20], addr: SocketAddr, now: Instant) {
         let mut g = self.lock();
-        g.addrs.remove(&id);
+        if g.addrs.get(&id) == Some(&addr) {
+            g.addrs.remove(&id);
+        }
         if !g.failed.contains_key(&id) && g.failed.len() >= self.max {
             g.failed
-                .retain(|_, at| now.saturating_duration_since(*at) < RETRY_QUIC_AFTER);
+                .retain(|_, (_, at)| now.saturating_duration_since(*at) < RETRY_QUIC_AFTER);
             if g.failed.len() >= self.max
-                && let Some(k) = g.failed.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k)
+                && let Some(k) = g
+                    .failed
+                    .iter()
+                    .min_by_key(|(_, (_, at))| *at)
+                    .map(|(k, _)| *k)
             {
                 g.failed.remove(&k);
             }
         }
-        g.failed.insert(id, now);
+        g.failed.insert(id, (addr, now));
     }
 
-    /// Where to try QUIC for `id`: the caller's hint (from the directory or
-    /// an EXTEND2 link specifier), else what we learned; None when neither
-    /// or when QUIC failed for `id` recently.
+    /// Where to try QUIC for `id`: `known` (an address from a source we
+    /// trust, the directory) if given, else what we learned, else `hint`
+    /// (an address nobody vouched for: an EXTEND2 link specifier); None
+    /// when none or when QUIC failed at that address recently.
     pub fn target(
         &self,
         id: [u8; 20],
+        known: Option<SocketAddr>,
         hint: Option<SocketAddr>,
         now: Instant,
     ) -> Option<SocketAddr> {
         let mut g = self.lock();
-        if let Some(at) = g.failed.get(&id).copied() {
-            if now.saturating_duration_since(at) < RETRY_QUIC_AFTER {
+        let addr = known.or_else(|| g.addrs.get(&id).copied()).or(hint)?;
+        if let Some((bad, at)) = g.failed.get(&id).copied() {
+            if now.saturating_duration_since(at) >= RETRY_QUIC_AFTER {
+                g.failed.remove(&id);
+            } else if bad == addr {
                 return None;
             }
-            g.failed.remove(&id);
         }
-        hint.or_else(|| g.addrs.get(&id).copied())
+        Some(addr)
     }
 }
 
@@ -143,7 +156,7 @@ where
         Err(_) => debug!("QUIC link not up within {fallback:?}; falling back to TLS"),
     }
     let t = attempt(Via::Tls(tls)).await?;
-    peers.failed(id, Instant::now());
+    peers.failed(id, q, Instant::now());
     Ok(t)
 }
 
@@ -157,24 +170,44 @@ mod tests {
     }
 
     #[test]
-    fn hints_learned_addresses_and_failures() {
+    fn known_addresses_learned_addresses_hints_and_failures() {
         let p = QuicPeers::new(2);
         let t0 = Instant::now();
-        assert_eq!(p.target([1; 20], None, t0), None);
-        assert_eq!(p.target([1; 20], Some(addr(9)), t0), Some(addr(9)));
-        p.learn([1; 20], addr(5));
-        assert_eq!(p.target([1; 20], None, t0), Some(addr(5)));
-        // The caller's hint wins over what was learned.
-        assert_eq!(p.target([1; 20], Some(addr(9)), t0), Some(addr(9)));
-        // A failure: no QUIC, even with a hint, until the retry time.
-        p.failed([1; 20], t0);
-        assert_eq!(p.target([1; 20], Some(addr(9)), t0), None);
+        let id = [1; 20];
+        assert_eq!(p.target(id, None, None, t0), None);
+        assert_eq!(p.target(id, None, Some(addr(9)), t0), Some(addr(9)));
+        assert_eq!(
+            p.target(id, Some(addr(7)), Some(addr(9)), t0),
+            Some(addr(7))
+        );
+        p.learn(id, addr(5));
+        assert_eq!(p.target(id, None, None, t0), Some(addr(5)));
+        // What was learned wins over a hint, the directory over both.
+        assert_eq!(p.target(id, None, Some(addr(9)), t0), Some(addr(5)));
+        assert_eq!(
+            p.target(id, Some(addr(7)), Some(addr(9)), t0),
+            Some(addr(7))
+        );
+        // A failure at the learned address: forgotten, no QUIC there until
+        // the retry time, while another address is still tried (a wrong
+        // hint cannot shut out the right one).
+        p.failed(id, addr(5), t0);
+        assert_eq!(p.target(id, None, None, t0), None);
+        assert_eq!(p.target(id, Some(addr(5)), None, t0), None);
+        assert_eq!(p.target(id, Some(addr(7)), None, t0), Some(addr(7)));
+        assert_eq!(p.target(id, None, Some(addr(9)), t0), Some(addr(9)));
+        p.failed(id, addr(9), t0);
+        assert_eq!(p.target(id, None, Some(addr(9)), t0), None);
         let later = t0 + RETRY_QUIC_AFTER;
-        assert_eq!(p.target([1; 20], Some(addr(9)), later), Some(addr(9)));
+        assert_eq!(p.target(id, None, Some(addr(9)), later), Some(addr(9)));
+        // A failure elsewhere leaves the learned address alone.
+        p.learn([2; 20], addr(6));
+        p.failed([2; 20], addr(8), t0);
+        assert_eq!(p.target([2; 20], None, None, t0), Some(addr(6)));
         // Bounded: the third peer pushes one out.
         for i in 2..=4u8 {
             p.learn([i; 20], addr(u16::from(i)));
-            p.failed([i + 10; 20], t0);
+            p.failed([i + 10; 20], addr(1), t0);
         }
         let g = p.lock();
         assert!(g.addrs.len() <= 2 && g.failed.len() <= 2);
@@ -192,7 +225,10 @@ mod tests {
         })
         .await;
         assert_eq!(got, Ok(Via::Quic(addr(1))));
-        assert_eq!(peers.target([1; 20], None, Instant::now()), Some(addr(1)));
+        assert_eq!(
+            peers.target([1; 20], None, None, Instant::now()),
+            Some(addr(1))
+        );
         // QUIC hangs: TLS after the fallback time, and QUIC is skipped
         // next time.
         let start = Instant::now();
@@ -212,7 +248,10 @@ mod tests {
         .await;
         assert_eq!(got, Ok(Via::Tls(addr(2))));
         assert!(start.elapsed() >= FB);
-        assert_eq!(peers.target([2; 20], Some(addr(1)), Instant::now()), None);
+        assert_eq!(
+            peers.target([2; 20], Some(addr(1)), None, Instant::now()),
+            None
+        );
         // Both fail: the error is TLS's, and QUIC is not marked failed.
         let got: Result<Via, String> = connect(
             &peers,
@@ -225,7 +264,7 @@ mod tests {
         .await;
         assert_eq!(got, Err("tls refused".to_string()));
         assert_eq!(
-            peers.target([3; 20], Some(addr(1)), Instant::now()),
+            peers.target([3; 20], Some(addr(1)), None, Instant::now()),
             Some(addr(1))
         );
         // No QUIC address: TLS only, one attempt.

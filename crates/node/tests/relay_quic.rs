@@ -2,7 +2,9 @@
 //! over QUIC (the client's first hop and the relays' links, chosen from
 //! the EXTEND2 hint), a 20 MiB download checked end to end, fallback to
 //! TLS when the QUIC path is dead, refusal of the wrong identity,
-//! garbage datagrams, and certificate rotation on the QUIC endpoint.
+//! garbage datagrams, certificate rotation on the QUIC endpoint, and an
+//! EXTEND2 hint followed only for a relay the directory lists at the
+//! hint's address.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
 
 mod inproc;
@@ -14,6 +16,7 @@ use std::time::Duration;
 use onionmix_link::{QuicLimits, QuicTransport, TlsTransport};
 use onionmix_node::client::chanmgr::ChanMgr;
 use onionmix_node::client::circuit::{self, HopTarget};
+use onionmix_node::relay::quic::DirRelay;
 use onionmix_node::relay::{self, RelayCtx};
 use rand::Rng;
 
@@ -122,7 +125,7 @@ async fn a_dead_quic_path_falls_back_to_tls() {
     // middle again for a while.
     let now = std::time::Instant::now();
     let hint = Some(SocketAddr::from(([127, 0, 0, 1], port)));
-    assert_eq!(g.quic.peers.target(m.rsa_id, hint, now), None);
+    assert_eq!(g.quic.peers.target(m.rsa_id, None, hint, now), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,8 +223,18 @@ async fn the_directory_picks_quic_without_a_hint() {
     let quic_addr = |h: &HopTarget| SocketAddr::new(h.or_addr.ip(), h.quic_port.unwrap());
     // The guard's directory: the middle takes QUIC. The middle's: the exit
     // is listed without QUIC.
-    g.quic.set_directory([(m.rsa_id, Some(quic_addr(&middle)))]);
-    m.quic.set_directory([(x.rsa_id, None)]);
+    g.quic.set_directory([DirRelay {
+        id: m.rsa_id,
+        ip: middle.or_addr.ip(),
+        described: true,
+        quic_port: Some(quic_addr(&middle).port()),
+    }]);
+    m.quic.set_directory([DirRelay {
+        id: x.rsa_id,
+        ip: exit.or_addr.ip(),
+        described: true,
+        quic_port: None,
+    }]);
     for h in [&mut guard, &mut middle, &mut exit] {
         h.quic_port = None;
     }
@@ -234,4 +247,67 @@ async fn the_directory_picks_quic_without_a_hint() {
     assert_eq!(link_transport(&g, Some(m.rsa_id)).as_deref(), Some("quic"));
     assert_eq!(link_transport(&m, Some(x.rsa_id)).as_deref(), Some("tls"));
     bulk(&circ, target, 256 << 10).await;
+}
+
+/// Nobody vouches for an EXTEND2 QUIC hint, so a relay that keeps a
+/// directory follows one only for a relay the directory lists at the
+/// hint's address (a network whose authorities do not copy the QUIC line,
+/// stock tor's, lists every relay without QUIC): a client cannot make it
+/// send QUIC packets to an address that is not a relay's. Where it does
+/// not follow a hint it extends over TLS at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_is_followed_only_where_the_directory_lists_the_relay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, guard) = quic_relay(tmp.path(), "guard", false).await;
+    let (m, mut middle) = quic_relay(tmp.path(), "middle", false).await;
+    let (x, exit) = quic_relay(tmp.path(), "exit", true).await;
+    let (x2, mut exit2) = quic_relay(tmp.path(), "exit2", true).await;
+    let target = start_target().await;
+    let (hole, port) = black_hole();
+    hole.set_nonblocking(true).unwrap();
+    let listed = |h: &HopTarget, ip: std::net::IpAddr| DirRelay {
+        id: h.rsa_id,
+        ip,
+        described: true,
+        quic_port: None,
+    };
+    let here = guard.or_addr.ip();
+    // The guard's directory does not list the middle; the client's hint
+    // for it names a UDP port where nothing answers.
+    g.quic.set_directory([listed(&exit, here)]);
+    middle.quic_port = Some(port);
+    // The middle's directory lists the exit here without QUIC (as stock
+    // authorities' do): its right hint is followed. It lists exit2 at
+    // another address: the hint for exit2 (the dead port) is not.
+    m.quic.set_directory([
+        listed(&exit, here),
+        listed(&exit2, "192.0.2.1".parse().unwrap()),
+    ]);
+    exit2.quic_port = Some(port);
+
+    let mgr = ChanMgr::new(TlsTransport::client().unwrap());
+    let chan = tokio::time::timeout(LONG, mgr.get(&guard))
+        .await
+        .unwrap()
+        .unwrap();
+    let circ = circuit::build(
+        chan.clone(),
+        vec![guard.clone(), middle.clone(), exit],
+        LONG,
+    )
+    .await
+    .expect("circuit");
+    let circ2 = circuit::build(chan, vec![guard, middle, exit2], LONG)
+        .await
+        .expect("circuit to exit2");
+    assert_eq!(link_transport(&g, Some(m.rsa_id)).as_deref(), Some("tls"));
+    assert_eq!(link_transport(&m, Some(x.rsa_id)).as_deref(), Some("quic"));
+    assert_eq!(link_transport(&m, Some(x2.rsa_id)).as_deref(), Some("tls"));
+    let mut buf = [0u8; 2048];
+    match hole.recv(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a hint nobody listed was followed: {other:?}"),
+    }
+    bulk(&circ, target, 256 << 10).await;
+    bulk(&circ2, target, 256 << 10).await;
 }

@@ -10,14 +10,27 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The key under which per-address limits count a peer: IPv4 addresses
-/// as they are, IPv6 by /64 (one host usually has a whole /64).
+/// as they are, IPv6 by /64 (one host usually has a whole /64). An IPv4
+/// address mapped into IPv6 (`::ffff:a.b.c.d`, how a dual-stack socket
+/// reports an IPv4 peer) is its IPv4 address: by /64 every IPv4 peer of
+/// such a socket would share one key.
 pub fn limit_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
+    match ip.to_canonical() {
+        IpAddr::V4(v) => IpAddr::V4(v),
         IpAddr::V6(a) => {
             let s = a.segments();
             IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
         }
+    }
+}
+
+/// Whether no relay can be at `ip`: multicast, broadcast or reserved
+/// (240/4), IPv4-mapped too. A relay refuses to extend there, over TCP or
+/// QUIC, whatever else it allows.
+pub fn is_unroutable(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v) => v.is_multicast() || v.is_broadcast() || v.octets()[0] >= 240,
+        IpAddr::V6(v) => v.is_multicast(),
     }
 }
 
@@ -70,6 +83,30 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap_or_else(|_| panic!("{s}"))
+    }
+
+    #[test]
+    fn limit_keys_and_unroutable_addresses() {
+        assert_eq!(limit_key(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(limit_key(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_ne!(
+            limit_key(ip("::ffff:192.0.2.7")),
+            limit_key(ip("::ffff:198.51.100.1"))
+        );
+        assert_eq!(limit_key(ip("2001:db8:1:2:3:4:5:6")), ip("2001:db8:1:2::"));
+        for s in [
+            "224.0.0.251",
+            "239.255.255.250",
+            "255.255.255.255",
+            "240.0.0.1",
+            "ff02::fb",
+            "::ffff:224.0.0.251",
+        ] {
+            assert!(is_unroutable(ip(s)), "{s}");
+        }
+        for s in ["192.0.2.7", "10.0.0.1", "2001:db8::1", "::ffff:192.0.2.7"] {
+            assert!(!is_unroutable(ip(s)), "{s}");
+        }
     }
 
     #[test]

@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use quinn::{RecvStream, SendStream, VarInt, WriteError};
-use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::debug;
 
@@ -39,7 +38,8 @@ use super::stream::{connection_lost, peer_reset_code};
 use super::{QuicLink, QuicStream, codes};
 use crate::LinkError;
 use crate::io::{
-    ChannelIo, ChannelWriter, InboundTx, ReadEnd, inbound_queue, read_cells, spawn_writer,
+    CellSource, ChannelIo, ChannelWriter, InboundTx, ReadEnd, inbound_queue, read_cells,
+    spawn_writer,
 };
 
 /// How much of one circuit stream's queue counts towards the channel's
@@ -89,7 +89,8 @@ pub fn spawn_quic_channel_io(
     spawn_writer(send, control_writer.clone(), out_rx);
     let reader_link = link.clone();
     tokio::spawn(async move {
-        let end = read_cells(recv, &codec, leftover, &in_tx, None, |c| {
+        let mut recv = recv;
+        let end = read_cells(&mut recv, &codec, leftover, &in_tx, None, false, |c| {
             if c.circ_id == 0 {
                 Ok(())
             } else {
@@ -534,12 +535,19 @@ async fn run_accepted(mux: Arc<Mux>, stream: QuicStream) {
     let limit = mux.link.open_timeout;
     let first = tokio::time::timeout(limit, async {
         loop {
+            if mux
+                .codec
+                .frame_len(&buf)
+                .is_some_and(|l| l != mux.codec.fixed_len())
+            {
+                return Err("a variable-length cell on a circuit stream".to_string());
+            }
             match mux.codec.decode(&mut buf) {
                 Ok(Some(cell)) => return Ok(cell),
                 Ok(None) => {}
                 Err(e) => return Err(e.to_string()),
             }
-            match recv.read_buf(&mut buf).await {
+            match recv.fill(&mut buf).await {
                 Ok(0) => return Err("stream ended before its first cell".to_string()),
                 Ok(_) => {}
                 Err(e) => return Err(e.to_string()),
@@ -601,7 +609,7 @@ async fn read_circuit(
         }
     };
     let end = tokio::select! {
-        e = read_cells(&mut recv, &mux.codec, buf, &mux.in_tx, None, check) => Some(e),
+        e = read_cells(&mut recv, &mux.codec, buf, &mux.in_tx, None, true, check) => Some(e),
         _ = reset.wait_for(|c| *c != 0) => None,
     };
     match end {

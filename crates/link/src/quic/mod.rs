@@ -246,6 +246,12 @@ impl QuicTransport {
             .saturating_sub(self.connections.available_permits())
     }
 
+    /// Whether every connection slot is taken (a new link, either way,
+    /// would be refused).
+    pub fn is_full(&self) -> bool {
+        self.connections.available_permits() == 0
+    }
+
     /// Connect to a relay: QUIC handshake, then open the control stream.
     /// The caller runs the link handshake on it (VERSIONS first, which
     /// makes the stream visible to the peer).

@@ -4,8 +4,19 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use bytes::{Bytes, BytesMut};
 use quinn::{RecvStream, SendStream, VarInt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::io::CellSource;
+
+/// Received chunks (each at most one packet's STREAM frame, so at most
+/// `max_udp_payload`) appended by one [`CellSource::fill`] at most.
+const FILL_CHUNKS: usize = 8;
+/// A partial cell at most this long is moved to an allocation of its own
+/// before a circuit stream waits, so an idle stream does not pin the
+/// buffer its earlier cells were cut from.
+const COMPACT_MAX: usize = 1024;
 
 /// A bidirectional QUIC stream: `AsyncRead` + `AsyncWrite`, so the cell
 /// framing and the channel I/O tasks run over it unchanged. Shutting the
@@ -83,6 +94,39 @@ pub fn connection_lost(e: &std::io::Error) -> bool {
         inner.downcast_ref::<quinn::WriteError>(),
         Some(quinn::WriteError::ConnectionLost(_))
     )
+}
+
+/// A QUIC stream's receiving side as a source of cells. Unlike a byte
+/// stream it reserves no buffer before it waits: quinn hands over the
+/// received chunks, which are copied into `buf` once they are there. An
+/// idle circuit stream (a relay may hold tens of thousands) so keeps at
+/// most the start of one cell, not a 32 KiB read buffer.
+impl CellSource for RecvStream {
+    async fn fill(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            *buf = BytesMut::new();
+        } else if buf.len() <= COMPACT_MAX {
+            *buf = BytesMut::from(&buf[..]);
+        }
+        loop {
+            let mut parts: [Bytes; FILL_CHUNKS] = Default::default();
+            let Some(k) = self.read_chunks(&mut parts).await? else {
+                return Ok(0);
+            };
+            let parts = parts.get(..k).unwrap_or_default();
+            let n = parts.iter().map(Bytes::len).sum();
+            // `Ok(0)` means the end: an empty chunk (quinn gives none)
+            // must not be taken for it.
+            if n == 0 {
+                continue;
+            }
+            buf.reserve(n);
+            for p in parts {
+                buf.extend_from_slice(p);
+            }
+            return Ok(n);
+        }
+    }
 }
 
 impl AsyncRead for QuicStream {

@@ -235,3 +235,47 @@ async fn udp_socket_buffers_are_sized_as_asked() {
         .expect_err("past the bound");
     assert!(matches!(err, LinkError::Config(_)), "{err:?}");
 }
+
+/// A circuit stream waiting for more holds no read buffer: what is left
+/// of a partial cell moves to an allocation of its own before it waits
+/// (a byte stream's reader keeps at least 16 KiB of spare room), so tens
+/// of thousands of idle circuits cost their partial cells, not 32 KiB
+/// each.
+#[tokio::test]
+async fn an_idle_circuit_stream_keeps_only_its_partial_cell() {
+    use crate::io::CellSource;
+    let s = server();
+    let c = client();
+    let (il, rl) = pair(&c, &s).await;
+    let mut out = il.open_circuit_stream().await.expect("stream");
+    // One cell and 100 bytes of the next (514-byte cells).
+    out.write_all(&[7u8; 614]).await.expect("write");
+    let stream = tokio::time::timeout(LONG, rl.accept_circuit_stream())
+        .await
+        .expect("in time")
+        .expect("accept")
+        .expect("a stream");
+    let (_send, mut recv) = stream.into_split();
+    let mut buf = bytes::BytesMut::new();
+    while buf.len() < 614 {
+        let n = tokio::time::timeout(LONG, recv.fill(&mut buf))
+            .await
+            .expect("in time")
+            .expect("read");
+        assert!(n > 0, "the stream ended early");
+    }
+    assert_eq!(buf.len(), 614);
+    // The reader takes the whole cell off the front...
+    let cell = buf.split_to(514);
+    // ...and waits for the rest of the next one (nothing comes).
+    let waited = tokio::time::timeout(Duration::from_millis(200), recv.fill(&mut buf)).await;
+    assert!(waited.is_err(), "nothing more was sent");
+    assert_eq!(&buf[..], &[7u8; 100][..]);
+    assert!(
+        buf.capacity() <= 1024,
+        "waiting with {} bytes of buffer",
+        buf.capacity()
+    );
+    drop(cell);
+    drop(out);
+}

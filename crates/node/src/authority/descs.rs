@@ -64,10 +64,12 @@ impl Authority {
     /// (its `onionmix-quic` line), so it picks QUIC when it extends to it.
     fn note_quic(&self, d: &UploadedDesc) {
         if let Some(ctx) = self.relay.get() {
-            let quic = d
-                .quic_port
-                .map(|p| SocketAddr::new(IpAddr::V4(d.address), p));
-            ctx.quic.note_directory(d.rsa_id, quic);
+            ctx.quic.note_directory(crate::relay::quic::DirRelay {
+                id: d.rsa_id,
+                ip: IpAddr::V4(d.address),
+                described: true,
+                quic_port: d.quic_port,
+            });
         }
     }
 

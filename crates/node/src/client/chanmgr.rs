@@ -171,9 +171,12 @@ impl ChanMgr {
         let Some((_, fallback)) = &self.quic else {
             return self.connect_via(target, Via::Tls(target.or_addr)).await;
         };
-        let quic =
-            self.quic_peers
-                .target(target.rsa_id, target.quic_addr(), std::time::Instant::now());
+        let quic = self.quic_peers.target(
+            target.rsa_id,
+            target.quic_addr(),
+            None,
+            std::time::Instant::now(),
+        );
         // Only a hint from the directory counts: a client learns nothing
         // from links of its own.
         let quic = quic.filter(|_| target.quic_port.is_some());

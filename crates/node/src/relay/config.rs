@@ -449,15 +449,19 @@ impl RelayConfig {
     }
 
     /// The bounds of this relay's QUIC links: the defaults, with as many
-    /// circuit streams per link as circuits per channel and as many links
-    /// as channels.
+    /// circuit streams per link as circuits per channel, and room for as
+    /// many links as channels each way: inbound links are held to
+    /// `max_channels` by the ORPort's admission (which keeps slots for
+    /// known relays), outgoing ones by the channel registry, and one
+    /// shared cap of `max_channels` let unknown peers' inbound links and
+    /// our outgoing ones together shut known relays out.
     pub fn quic_limits(&self) -> onionmix_link::QuicLimits {
         let d = onionmix_link::QuicLimits::default();
         onionmix_link::QuicLimits {
             max_circuit_streams: u32::try_from(self.max_circuits_per_channel)
                 .unwrap_or(u32::MAX)
                 .clamp(1, onionmix_link::quic::MAX_CIRCUIT_STREAMS_CAP),
-            max_connections: self.max_channels.max(1),
+            max_connections: self.max_channels.max(1).saturating_mul(2),
             // Checked when the configuration was read.
             congestion: self
                 .quic_congestion
@@ -481,6 +485,9 @@ mod tests {
             c.quic_limits().congestion,
             onionmix_link::quic::QuicCongestion::Auto.resolve()
         );
+        // Room for inbound links up to the admission cap and as many
+        // outgoing ones.
+        assert_eq!(c.quic_limits().max_connections, 2 * c.max_channels);
         let c = RelayConfig::parse(&format!("{base}quic_congestion='bbr'")).unwrap();
         assert_eq!(
             c.quic_limits().congestion,

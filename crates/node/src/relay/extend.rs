@@ -39,6 +39,13 @@ pub async fn extend(ctx: Arc<RelayCtx>, prev: PrevLink, e: Extend2) {
         fail(destroy_reason::PROTOCOL);
         return;
     }
+    // No relay is at a multicast, broadcast or reserved address, test
+    // network or not (a QUIC attempt would put datagrams there).
+    if onionmix_proto::netaddr::is_unroutable(addr.ip()) {
+        debug!("refusing to extend to a multicast or reserved address");
+        fail(destroy_reason::CONNECTFAILED);
+        return;
+    }
     // As tor without ExtendAllowPrivateAddresses (IPv4-mapped IPv6 too).
     if !ctx.cfg.testing_network && onionmix_proto::netaddr::is_internal(addr.ip()) {
         debug!("refusing to extend to a private address");

@@ -408,6 +408,7 @@ pub fn make_ctx(
     let link = link_identity(keys, now_unix(), None)?;
     let exit_policy = cfg.exit_policy()?;
     let quic_fallback = Duration::from_secs(cfg.quic_fallback_secs);
+    let testing = cfg.testing_network;
     let max_chans = cfg.max_channels;
     let cfg_hs = cfg.hs_limits();
     let admission = Admission::new(AdmissionConfig {
@@ -425,7 +426,7 @@ pub fn make_ctx(
         ed_id,
         ntor: RwLock::new(ntor),
         link: RwLock::new(link),
-        quic: quic::RelayQuic::new(quic_fallback),
+        quic: quic::RelayQuic::new(quic_fallback, testing),
         exit_policy,
         channels: ChannelRegistry::new(max_chans),
         stats: RelayStats::default(),

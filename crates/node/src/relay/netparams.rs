@@ -117,24 +117,25 @@ async fn update_quic_directory(
             Err(e) => debug!("fetching microdescriptors failed: {e}"),
         }
     }
-    let quic: std::collections::HashMap<[u8; 20], std::net::SocketAddr> = dir
-        .relays()
-        .filter_map(|r| {
-            let port = r.quic_port?;
-            Some((
-                r.rsa_id,
-                std::net::SocketAddr::new((*r.ipv4.ip()).into(), port),
-            ))
+    // Every relay the consensus lists, at its address; those whose
+    // microdescriptor we hold are described (QUIC or not). One listed
+    // without it (not fetched yet) is pending, not "no QUIC", so an
+    // extension towards it waits for the directory loop instead of taking
+    // TLS for good on a link that then stays open.
+    let entries: Vec<super::quic::DirRelay> = dir
+        .listed()
+        .iter()
+        .map(|c| {
+            let described = dir.relay_by_rsa_id(&c.rsa_id);
+            super::quic::DirRelay {
+                id: c.rsa_id,
+                ip: (*c.ipv4.ip()).into(),
+                described: described.is_some(),
+                quic_port: described.and_then(|r| r.quic_port),
+            }
         })
         .collect();
-    // Only relays whose microdescriptor we hold are known: one listed
-    // without it (not fetched yet) stays unknown, so an extension towards
-    // it waits for the directory loop instead of taking TLS for good on a
-    // link that then stays open.
-    ctx.quic.set_directory(
-        dir.relays()
-            .map(|r| (r.rsa_id, quic.get(&r.rsa_id).copied())),
-    );
+    ctx.quic.set_directory(entries);
     let complete = dir.missing_microdescs().is_empty();
     *nd = Some(dir);
     complete

@@ -8,8 +8,8 @@
 //! authority). Outgoing links choose their transport in
 //! [`super::ChannelRegistry::get_or_connect`].
 
-use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,18 @@ use crate::linkchoice::QuicPeers;
 pub const DIRECTORY_WAIT: Duration = Duration::from_secs(MIN_FETCH_GAP.as_secs() + 5);
 const _: () = assert!(DIRECTORY_WAIT.as_secs() > MIN_FETCH_GAP.as_secs());
 
+/// Early directory fetches that extensions to relays the directory does
+/// not list may cause, at most, per [`UNLISTED_WINDOW`] (outside test
+/// networks): a client naming made-up relays in EXTEND2 cells cannot make
+/// the relay fetch the consensus every [`MIN_FETCH_GAP`]. A relay new to
+/// the public network is listed within the hour; until then it gets TLS.
+/// A test network, whose relays join the consensus within its first
+/// minutes and which no stranger uses, keeps fetching as often as
+/// extensions ask (at most every [`MIN_FETCH_GAP`]).
+pub const UNLISTED_FETCHES: usize = 3;
+/// See [`UNLISTED_FETCHES`].
+pub const UNLISTED_WINDOW: Duration = Duration::from_secs(600);
+
 /// The relay's QUIC state.
 #[derive(Debug)]
 pub struct RelayQuic {
@@ -51,19 +63,29 @@ pub struct RelayQuic {
     directory: Mutex<Directory>,
     /// A newer directory is installed.
     dir_updated: Notify,
-    /// An extension met a relay the directory does not list.
+    /// An extension met a relay the directory does not describe yet.
     dir_wanted: Notify,
     /// A loop keeps the directory current and answers `dir_wanted`.
     dir_loop: std::sync::atomic::AtomicBool,
+    /// When relays the directory does not list last made it fetch early.
+    unlisted_fetches: Mutex<VecDeque<Instant>>,
+    /// A test network: early fetches for unlisted relays are not limited.
+    testing: bool,
 }
 
 /// Relays' QUIC addresses as the directory gives them.
 #[derive(Debug, Default)]
 struct Directory {
-    /// Relays the directory lists (with or without QUIC).
-    listed: HashSet<[u8; 20]>,
+    /// Relays the directory lists, with the address it gives each.
+    listed: HashMap<[u8; 20], IpAddr>,
+    /// Those it describes (a microdescriptor held, or a descriptor
+    /// uploaded to an authority), with or without QUIC.
+    described: HashSet<[u8; 20]>,
     /// Their QUIC addresses, for those that advertise QUIC.
     quic: HashMap<[u8; 20], SocketAddr>,
+    /// A directory was installed (a consensus, or an authority's
+    /// descriptors): relays it does not list are not relays we know.
+    kept: bool,
 }
 
 /// What the directory says of one relay.
@@ -71,14 +93,29 @@ struct Directory {
 pub enum DirQuic {
     /// It takes QUIC links here.
     Quic(SocketAddr),
-    /// Listed, without QUIC.
-    NoQuic,
-    /// Not listed (yet).
-    Unknown,
+    /// Described without QUIC, at this address.
+    NoQuic(IpAddr),
+    /// Listed at this address; its description is not fetched yet.
+    Pending(IpAddr),
+    /// Not listed (or no directory is kept).
+    Unlisted,
+}
+
+/// One relay as the directory gives it ([`RelayQuic::set_directory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirRelay {
+    /// RSA identity.
+    pub id: [u8; 20],
+    /// The address the directory gives (the consensus's IPv4).
+    pub ip: IpAddr,
+    /// Whether its description (hence whether it takes QUIC) is known.
+    pub described: bool,
+    /// The UDP port of its QUIC links, at `ip`, if it advertises them.
+    pub quic_port: Option<u16>,
 }
 
 impl RelayQuic {
-    pub(super) fn new(fallback: Duration) -> Self {
+    pub(super) fn new(fallback: Duration, testing: bool) -> Self {
         RelayQuic {
             endpoint: OnceLock::new(),
             peers: QuicPeers::new(MAX_KNOWN_ADDRS),
@@ -87,6 +124,8 @@ impl RelayQuic {
             dir_updated: Notify::new(),
             dir_wanted: Notify::new(),
             dir_loop: std::sync::atomic::AtomicBool::new(false),
+            unlisted_fetches: Mutex::new(VecDeque::new()),
+            testing,
         }
     }
 
@@ -97,22 +136,37 @@ impl RelayQuic {
     /// What the directory says of `id`.
     pub fn dir_lookup(&self, id: &[u8; 20]) -> DirQuic {
         let d = self.dir();
-        match d.quic.get(id) {
-            Some(a) => DirQuic::Quic(*a),
-            None if d.listed.contains(id) => DirQuic::NoQuic,
-            None => DirQuic::Unknown,
+        if let Some(a) = d.quic.get(id) {
+            return DirQuic::Quic(*a);
+        }
+        match d.listed.get(id) {
+            Some(ip) if d.described.contains(id) => DirQuic::NoQuic(*ip),
+            Some(ip) => DirQuic::Pending(*ip),
+            None => DirQuic::Unlisted,
         }
     }
 
+    /// Whether a directory is kept (relays it does not list are unknown
+    /// to us, and an EXTEND2 hint for one is not followed).
+    fn keeps_directory(&self) -> bool {
+        self.dir_loop.load(std::sync::atomic::Ordering::Relaxed) || self.dir().kept
+    }
+
     /// Replace the directory's view (a relay's new consensus and
-    /// microdescriptors): `relays` lists every relay with its QUIC address
-    /// if it has one.
-    pub fn set_directory(&self, relays: impl IntoIterator<Item = ([u8; 20], Option<SocketAddr>)>) {
-        let mut d = Directory::default();
-        for (id, q) in relays.into_iter().take(super::MAX_KNOWN_ADDRS) {
-            d.listed.insert(id);
-            if let Some(q) = q {
-                d.quic.insert(id, q);
+    /// microdescriptors): every relay the consensus lists (at most
+    /// [`super::MAX_KNOWN_ADDRS`]).
+    pub fn set_directory(&self, relays: impl IntoIterator<Item = DirRelay>) {
+        let mut d = Directory {
+            kept: true,
+            ..Directory::default()
+        };
+        for r in relays.into_iter().take(super::MAX_KNOWN_ADDRS) {
+            d.listed.insert(r.id, r.ip);
+            if r.described {
+                d.described.insert(r.id);
+                if let Some(p) = r.quic_port.filter(|p| *p != 0) {
+                    d.quic.insert(r.id, SocketAddr::new(r.ip, p));
+                }
             }
         }
         *self.dir() = d;
@@ -120,16 +174,45 @@ impl RelayQuic {
     }
 
     /// Add or update one relay (an authority's accepted descriptor).
-    pub fn note_directory(&self, id: [u8; 20], quic: Option<SocketAddr>) {
+    pub fn note_directory(&self, r: DirRelay) {
         let mut d = self.dir();
-        if !d.listed.contains(&id) && d.listed.len() >= super::MAX_KNOWN_ADDRS {
+        d.kept = true;
+        if !d.listed.contains_key(&r.id) && d.listed.len() >= super::MAX_KNOWN_ADDRS {
             return;
         }
-        d.listed.insert(id);
-        match quic {
-            Some(q) => d.quic.insert(id, q),
-            None => d.quic.remove(&id),
+        d.listed.insert(r.id, r.ip);
+        if r.described {
+            d.described.insert(r.id);
+        } else {
+            d.described.remove(&r.id);
+        }
+        match r.quic_port.filter(|p| *p != 0 && r.described) {
+            Some(p) => d.quic.insert(r.id, SocketAddr::new(r.ip, p)),
+            None => d.quic.remove(&r.id),
         };
+    }
+
+    /// Whether an extension to a relay the directory does not list may
+    /// make the directory loop fetch early now (and counts it).
+    fn may_fetch_for_unlisted(&self, now: Instant) -> bool {
+        if self.testing {
+            return true;
+        }
+        let mut q = self
+            .unlisted_fetches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        while q
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= UNLISTED_WINDOW)
+        {
+            q.pop_front();
+        }
+        if q.len() >= UNLISTED_FETCHES {
+            return false;
+        }
+        q.push_back(now);
+        true
     }
 
     /// Wait until an extension met a relay the directory does not list
@@ -141,26 +224,52 @@ impl RelayQuic {
         self.dir_wanted.notified().await;
     }
 
-    /// Where to try QUIC for `id` (None: TLS): the caller's hint, else the
-    /// directory, else what we learned; never while QUIC failed for `id`
-    /// recently. A relay the directory does not list makes the directory
-    /// loop fetch now, and this waits for it (at most
-    /// [`DIRECTORY_WAIT`]).
+    /// Where to try QUIC for `id` (None: TLS), never at an address where
+    /// QUIC failed recently:
+    ///
+    /// - the directory's QUIC address for `id`, when it gives one;
+    /// - else what we learned from an earlier QUIC link with `id`;
+    /// - else `hint` (an EXTEND2 link specifier, which nobody vouches for):
+    ///   only for a relay the directory lists at the hint's address, or
+    ///   when no directory is kept. So a client cannot make the relay send
+    ///   QUIC packets to an address that is not a relay's.
+    ///
+    /// A relay the consensus lists whose description is not fetched yet
+    /// makes the directory loop fetch now, and this waits for it (at most
+    /// [`DIRECTORY_WAIT`]); so may one the consensus does not list, at
+    /// most [`UNLISTED_FETCHES`] times per [`UNLISTED_WINDOW`] outside a
+    /// test network.
     pub async fn target(&self, id: [u8; 20], hint: Option<SocketAddr>) -> Option<SocketAddr> {
-        self.endpoint()?;
-        if hint.is_some() {
-            return self.peers.target(id, hint, Instant::now());
+        if self.endpoint()?.is_full() {
+            // Our own limit: TLS, and nothing remembered against `id`.
+            return None;
         }
         let mut dir = self.dir_lookup(&id);
-        if dir == DirQuic::Unknown && self.dir_loop.load(std::sync::atomic::Ordering::Relaxed) {
+        let wait = match dir {
+            DirQuic::Pending(_) => true,
+            DirQuic::Unlisted => {
+                self.dir_loop.load(std::sync::atomic::Ordering::Relaxed)
+                    && self.may_fetch_for_unlisted(Instant::now())
+            }
+            DirQuic::Quic(_) | DirQuic::NoQuic(_) => false,
+        };
+        if wait && self.dir_loop.load(std::sync::atomic::Ordering::Relaxed) {
             let updated = self.dir_updated.notified();
             self.dir_wanted.notify_one();
             let _ = tokio::time::timeout(DIRECTORY_WAIT, updated).await;
             dir = self.dir_lookup(&id);
         }
+        let now = Instant::now();
         match dir {
-            DirQuic::Quic(a) => self.peers.target(id, Some(a), Instant::now()),
-            DirQuic::NoQuic | DirQuic::Unknown => self.peers.target(id, None, Instant::now()),
+            DirQuic::Quic(a) => self.peers.target(id, Some(a), None, now),
+            DirQuic::NoQuic(ip) | DirQuic::Pending(ip) => {
+                let hint = hint.filter(|h| h.ip().to_canonical() == ip.to_canonical());
+                self.peers.target(id, None, hint, now)
+            }
+            DirQuic::Unlisted => {
+                let hint = hint.filter(|_| !self.keeps_directory());
+                self.peers.target(id, None, hint, now)
+            }
         }
     }
 
@@ -217,6 +326,15 @@ impl RelayCtx {
 /// first) and passes the ORPort's admission limits, shared with TLS.
 async fn serve(ctx: Arc<RelayCtx>, t: QuicTransport) {
     while let Some(inc) = t.accept().await {
+        if ctx
+            .control
+            .closing
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            // SIGNAL SHUTDOWN: no new links until we exit (as the ORPort).
+            inc.refuse();
+            continue;
+        }
         let peer = inc.remote_address();
         match ctx.admit(peer) {
             Ok(permit) => {
@@ -269,5 +387,98 @@ async fn accept_one(ctx: Arc<RelayCtx>, inc: QuicIncoming, peer: SocketAddr, per
         Ok(Ok((acc, leftover, conn))) => start_accepted(&ctx, acc, leftover, conn, peer, permit),
         Ok(Err(e)) => debug!("inbound QUIC link failed: {e}"),
         Err(_) => debug!("inbound QUIC link handshake timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    fn relay(id: u8, described: bool, quic_port: Option<u16>) -> DirRelay {
+        DirRelay {
+            id: [id; 20],
+            ip: "192.0.2.1".parse().unwrap(),
+            described,
+            quic_port,
+        }
+    }
+
+    #[test]
+    fn the_directory_describes_lists_or_does_not_know() {
+        let q = RelayQuic::new(Duration::from_secs(5), false);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(q.dir_lookup(&[1; 20]), DirQuic::Unlisted);
+        assert!(!q.keeps_directory());
+        q.set_directory([
+            relay(1, true, Some(9001)),
+            relay(2, true, None),
+            relay(3, false, Some(9001)),
+        ]);
+        assert!(q.keeps_directory());
+        assert_eq!(
+            q.dir_lookup(&[1; 20]),
+            DirQuic::Quic(SocketAddr::new(ip, 9001))
+        );
+        assert_eq!(q.dir_lookup(&[2; 20]), DirQuic::NoQuic(ip));
+        // Listed, its microdescriptor not held: what it takes is unknown.
+        assert_eq!(q.dir_lookup(&[3; 20]), DirQuic::Pending(ip));
+        assert_eq!(q.dir_lookup(&[4; 20]), DirQuic::Unlisted);
+        // An authority's descriptors, one at a time.
+        q.note_directory(relay(4, true, Some(443)));
+        assert_eq!(
+            q.dir_lookup(&[4; 20]),
+            DirQuic::Quic(SocketAddr::new(ip, 443))
+        );
+        q.note_directory(relay(4, true, None));
+        assert_eq!(q.dir_lookup(&[4; 20]), DirQuic::NoQuic(ip));
+    }
+
+    #[test]
+    fn relays_nobody_lists_make_few_early_fetches() {
+        let t = RelayQuic::new(Duration::from_secs(5), true);
+        for _ in 0..=UNLISTED_FETCHES {
+            assert!(t.may_fetch_for_unlisted(Instant::now()), "a test network");
+        }
+        let q = RelayQuic::new(Duration::from_secs(5), false);
+        let t0 = Instant::now();
+        for _ in 0..UNLISTED_FETCHES {
+            assert!(q.may_fetch_for_unlisted(t0));
+        }
+        assert!(!q.may_fetch_for_unlisted(t0));
+        assert!(!q.may_fetch_for_unlisted(t0 + UNLISTED_WINDOW / 2));
+        assert!(q.may_fetch_for_unlisted(t0 + UNLISTED_WINDOW));
+    }
+
+    /// With a directory loop running, an extension to a relay the
+    /// consensus does not list waits for a fresh directory only the first
+    /// few times; after that it picks TLS at once, so made-up identities
+    /// in EXTEND2 cells do not make the relay fetch the consensus and
+    /// stall each extension.
+    #[tokio::test(start_paused = true)]
+    async fn unlisted_relays_wait_for_the_directory_a_few_times_only() {
+        let q = RelayQuic::new(Duration::from_secs(5), false);
+        let t = QuicTransport::client(
+            "127.0.0.1:0".parse().unwrap(),
+            onionmix_link::QuicLimits::default(),
+        )
+        .unwrap();
+        q.endpoint.set(t).unwrap();
+        q.set_directory([relay(1, true, None)]);
+        q.dir_loop.store(true, Ordering::Relaxed);
+        let hint = Some(SocketAddr::from(([198, 51, 100, 7], 9001)));
+        for i in 0..=UNLISTED_FETCHES {
+            let start = tokio::time::Instant::now();
+            // Nobody answers the wish for a directory: the wait runs out.
+            let got = q.target([0x40 + i as u8; 20], hint).await;
+            assert_eq!(got, None, "no hint followed");
+            let waited = start.elapsed();
+            if i < UNLISTED_FETCHES {
+                assert!(waited >= DIRECTORY_WAIT, "{i}: {waited:?}");
+            } else {
+                assert!(waited < DIRECTORY_WAIT, "{i}: {waited:?}");
+            }
+        }
     }
 }
