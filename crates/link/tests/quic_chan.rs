@@ -106,6 +106,22 @@ async fn reset_code(s: &mut QuicStream) -> Option<u64> {
     }
 }
 
+/// The peer opens a stream for `circ` with a CREATE2 followed by `then`,
+/// which breaks the mapping: the reactor sees the CREATE2, then a DESTROY
+/// (PROTOCOL), and the stream is reset with that reason.
+async fn created_then_destroyed(a: &mut ChannelIo, rl: &QuicLink, circ: u32, then: &[u8]) {
+    let mut s = rl.open_circuit_stream().await.expect("open");
+    let mut out = cell(circ, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(then);
+    s.write_all(&out).await.expect("write");
+    let got = recv(a, 2).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (circ, ChanCmd::CREATE2));
+    assert_eq!((got[1].circ_id, got[1].cmd), (circ, ChanCmd::DESTROY));
+    assert_eq!(got[1].payload[0], destroy_reason::PROTOCOL);
+    let protocol = u64::from(codes::destroy_code(destroy_reason::PROTOCOL));
+    assert_eq!(reset_code(&mut s).await, Some(protocol));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn circuits_travel_on_their_own_streams_and_destroy_resets() {
     let limits = QuicLimits::default();
@@ -257,15 +273,7 @@ async fn peer_mistakes_end_only_their_circuit() {
     // A cell of another circuit on a circuit's stream: that circuit is
     // destroyed with PROTOCOL.
     let (x, y, w) = (0x11u32, 0x12u32, 0x13u32);
-    let mut s2 = rl.open_circuit_stream().await.expect("open");
-    let mut out = cell(x, ChanCmd::CREATE2, &[]);
-    out.extend_from_slice(&relays(99, 1));
-    s2.write_all(&out).await.expect("write");
-    let got = recv(&mut a, 2).await;
-    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::CREATE2));
-    assert_eq!((got[1].circ_id, got[1].cmd), (x, ChanCmd::DESTROY));
-    assert_eq!(got[1].payload[0], destroy_reason::PROTOCOL);
-    assert_eq!(reset_code(&mut s2).await, destroy_protocol);
+    created_then_destroyed(&mut a, &rl, x, &relays(99, 1)).await;
 
     // The peer resets a circuit's stream: a DESTROY with its reason.
     let mut s3 = rl.open_circuit_stream().await.expect("open");
@@ -344,16 +352,7 @@ async fn a_variable_length_header_on_a_circuit_stream_is_refused_at_once() {
     assert_eq!(reset_code(&mut s1).await, destroy_protocol);
 
     // After its CREATE2: the circuit is destroyed with PROTOCOL.
-    let x = 0x22u32;
-    let mut s2 = rl.open_circuit_stream().await.expect("open");
-    let mut out = cell(x, ChanCmd::CREATE2, &[]);
-    out.extend_from_slice(&var_header(x));
-    s2.write_all(&out).await.expect("write");
-    let got = recv(&mut a, 2).await;
-    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::CREATE2));
-    assert_eq!((got[1].circ_id, got[1].cmd), (x, ChanCmd::DESTROY));
-    assert_eq!(got[1].payload[0], destroy_reason::PROTOCOL);
-    assert_eq!(reset_code(&mut s2).await, destroy_protocol);
+    created_then_destroyed(&mut a, &rl, 0x22, &var_header(0x22)).await;
     quiet(&mut a).await;
 }
 
