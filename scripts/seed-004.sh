@@ -3,8 +3,8 @@
 # same topology with QUIC links (CUBIC, and BBR), TLS links and
 # stock tor, side by side in one `onionmix compare` per condition, through
 # the link emulator (needs root). Results go to $OUT (default
-# /tmp/seed-004); docs/experiments/seed-004/README.md has what was run and
-# recorded.
+# /tmp/seed-004); docs/experiments/seed-004/README.md summarises every
+# cell, and cells.md there has each recorded run.
 #
 # Parts:
 #   s1     seed 004's scenario 1 and its lossy test: one client, 3-hop
