@@ -159,7 +159,8 @@ impl ChannelWriter {
     }
     /// Memory this channel's queues hold (the memory-pressure handler's
     /// measure): on TLS [`Self::queued_bytes`]; on a QUIC link the control
-    /// queue and every circuit stream's whole queue.
+    /// queue, every circuit stream's whole queue and what its readers hold
+    /// while they wait for room in the reactor's queue.
     pub fn memory_bytes(&self) -> usize {
         let extra = self.mux.as_ref().map_or(0, |m| m.extra_memory());
         self.queued_bytes().saturating_add(extra)
@@ -267,8 +268,10 @@ where
             &codec,
             leftover,
             &in_tx,
-            Some(IDLE_TIMEOUT),
-            false,
+            ReadOpts {
+                idle: Some(IDLE_TIMEOUT),
+                ..ReadOpts::default()
+            },
             |_| Ok(()),
         )
         .await
@@ -351,21 +354,91 @@ impl<R: AsyncRead + Unpin + Send> CellSource for ByteSource<R> {
     }
 }
 
+/// How [`read_cells`] reads.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ReadOpts<'a> {
+    /// Give up when nothing arrives for this long.
+    pub idle: Option<Duration>,
+    /// The stream carries fixed-size cells only (a QUIC circuit stream),
+    /// so a variable-length header is refused as soon as it arrives rather
+    /// than after up to 64 KiB of its body were buffered.
+    pub fixed_only: bool,
+    /// Where to count the bytes the reader holds (its batch and read
+    /// buffer) while it waits for room in the reactor's queue: a QUIC
+    /// link has a reader per circuit stream, so a reactor that falls
+    /// behind leaves up to one batch and one fill waiting in each, which
+    /// the memory-pressure handler must see.
+    pub held: Option<&'a AtomicUsize>,
+}
+
+/// Bytes counted in a [`ReadOpts::held`] counter for as long as this
+/// lives (a reader waiting for the reactor may be dropped, when its
+/// circuit is destroyed, without returning).
+struct Held<'a> {
+    counter: &'a AtomicUsize,
+    bytes: usize,
+}
+
+impl<'a> Held<'a> {
+    fn new(counter: &'a AtomicUsize, bytes: usize) -> Self {
+        counter.fetch_add(bytes, Ordering::Relaxed);
+        Held { counter, bytes }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Hand `batch` to the reactor; false when the reactor is gone. With
+/// room in the queue this costs no accounting; otherwise what the reader
+/// holds (`batch` and `buf`) is counted in `held` while it waits.
+pub(crate) async fn hand_over(
+    in_tx: &InboundTx,
+    batch: Vec<RawCell>,
+    buf: &BytesMut,
+    held: Option<&AtomicUsize>,
+) -> bool {
+    let batch = match in_tx.try_send(Ok(batch)) {
+        Ok(()) => return true,
+        Err(mpsc::error::TrySendError::Closed(_)) => return false,
+        Err(mpsc::error::TrySendError::Full(b)) => b,
+    };
+    let _held = held.map(|h| {
+        let cells: usize = match &batch {
+            Ok(cells) => cells
+                .iter()
+                .map(|c| c.payload.capacity().saturating_add(CELL_OVERHEAD))
+                .sum(),
+            Err(_) => 0,
+        };
+        Held::new(h, cells.saturating_add(buf.capacity()))
+    });
+    in_tx.send(batch).await.is_ok()
+}
+
+/// A [`RawCell`]'s memory besides its payload, about (circuit ID, command,
+/// the `BytesMut` handle).
+const CELL_OVERHEAD: usize = 40;
+
 /// Read cells from `rd` (after `buf`, bytes already read) and hand them to
-/// the reactor in batches until the stream ends or `check` refuses one.
-/// `idle`: give up when nothing arrives for that long. `fixed_only`: the
-/// stream carries fixed-size cells only (a QUIC circuit stream), so a
-/// variable-length header is refused as soon as it arrives rather than
-/// after up to 64 KiB of its body were buffered.
+/// the reactor in batches until the stream ends or `check` refuses one
+/// (see [`ReadOpts`] for the options).
 pub(crate) async fn read_cells<S: CellSource>(
     rd: &mut S,
     codec: &CellCodec,
     mut buf: BytesMut,
     in_tx: &InboundTx,
-    idle: Option<Duration>,
-    fixed_only: bool,
+    opts: ReadOpts<'_>,
     mut check: impl FnMut(&RawCell) -> Result<(), String>,
 ) -> ReadEnd {
+    let ReadOpts {
+        idle,
+        fixed_only,
+        held,
+    } = opts;
     loop {
         let mut batch = Vec::new();
         loop {
@@ -398,7 +471,7 @@ pub(crate) async fn read_cells<S: CellSource>(
             }
         }
         if !batch.is_empty() {
-            if in_tx.send(Ok(batch)).await.is_err() {
+            if !hand_over(in_tx, batch, &buf, held).await {
                 return ReadEnd::ReactorGone;
             }
             continue;
@@ -498,6 +571,51 @@ mod tests {
 
     fn chunk(n: usize, byte: u8) -> BytesMut {
         BytesMut::from(&vec![byte; n][..])
+    }
+
+    /// A hand-over that finds room costs no accounting; one that waits
+    /// counts the batch and the read buffer until it ends, by delivery or
+    /// by being dropped.
+    #[tokio::test]
+    async fn a_waiting_hand_over_is_counted_until_it_ends() {
+        let (tx, mut rx) = inbound_queue();
+        let held = AtomicUsize::new(0);
+        let buf = BytesMut::with_capacity(1000);
+        let cell = || RawCell {
+            circ_id: 7,
+            cmd: onionmix_cell::ChanCmd::RELAY,
+            payload: BytesMut::from(&[0u8; 509][..]),
+        };
+        for _ in 0..READ_QUEUE {
+            assert!(hand_over(&tx, vec![cell()], &buf, Some(&held)).await);
+        }
+        assert_eq!(held.load(Ordering::Relaxed), 0);
+
+        // Full: the next one waits, counted; dropped, it is not.
+        let wait = hand_over(&tx, vec![cell(), cell()], &buf, Some(&held));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), wait)
+                .await
+                .is_err()
+        );
+        assert_eq!(held.load(Ordering::Relaxed), 0);
+        let wait = hand_over(&tx, vec![cell(), cell()], &buf, Some(&held));
+        tokio::pin!(wait);
+        tokio::select! {
+            biased;
+            _ = &mut wait => panic!("the queue is full"),
+            _ = tokio::task::yield_now() => {}
+        }
+        let counted = held.load(Ordering::Relaxed);
+        assert!(counted >= 2 * 509 + 1000, "{counted}");
+        // Room again: it is delivered and the count goes.
+        assert!(rx.recv().await.is_some());
+        assert!(wait.await);
+        assert_eq!(held.load(Ordering::Relaxed), 0);
+        // The reactor gone: false, nothing counted.
+        drop(rx);
+        assert!(!hand_over(&tx, vec![cell()], &buf, None).await);
+        assert_eq!(held.load(Ordering::Relaxed), 0);
     }
 
     /// A peer that stops reading: abort frees the queue at once, even with

@@ -5,7 +5,10 @@
 //! breaking the mapping loses that circuit only (or, on the control
 //! stream, the link), a variable-length header on a circuit stream as
 //! soon as it arrives; with per-circuit CUBIC the link's controller
-//! stands for the circuits that send.
+//! stands for the circuits that send; what circuit readers hold for a
+//! reactor that falls behind counts as the link's memory; an orderly
+//! close delivers the control stream's queue first; a peer stopping the
+//! control stream loses the link.
 
 use std::time::Duration;
 
@@ -179,9 +182,24 @@ async fn circuits_travel_on_their_own_streams_and_destroy_resets() {
     quiet(&mut a).await;
     assert_eq!(a.tx.queued_bytes(), 0);
 
-    // Closing one side's channel ends the other's.
+    // Closing one side's channel ends the other's; a circuit still open
+    // (y) may first be reported destroyed with CHANNEL_CLOSED (its stream
+    // is reset with that reason before the connection closes).
     a.tx.close();
-    let end = within("close", b.rx.recv()).await;
+    let end = within("close", async {
+        loop {
+            match b.rx.recv().await {
+                Some(Ok(cells)) => {
+                    for c in cells {
+                        assert_eq!((c.circ_id, c.cmd), (y, ChanCmd::DESTROY));
+                        assert_eq!(c.payload[0], destroy_reason::CHANNEL_CLOSED);
+                    }
+                }
+                end => return end,
+            }
+        }
+    })
+    .await;
     assert!(matches!(end, Some(Err(_)) | None), "{end:?}");
 }
 
@@ -258,6 +276,119 @@ async fn a_stalled_circuit_blocks_nobody_else_and_its_queue_is_bounded() {
     })
     .await;
     assert_eq!(a.tx.queued_bytes(), 0);
+}
+
+/// Wait until `f` holds, polling (bounded by [`within`]).
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    within(what, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// The reactor stops reading its inbound queue while the peer sends: a
+/// circuit stream's reader then waits holding what it has read, and a
+/// new circuit's stream waits holding its CREATE; both count in the
+/// channel's memory (the OOM handler's measure). Destroying the waiting
+/// circuit frees its share at once; once the reactor reads again every
+/// cell of the other arrives in order and the count returns to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_circuit_readers_hold_for_a_slow_reactor_counts_as_memory() {
+    // One stream's window takes 4000 cells, more than the reactor's queue
+    // (32 batches of at most 64 cells): the reader must wait.
+    const CELLS: u16 = 4000;
+    let limits = QuicLimits {
+        stream_receive_window: 4 << 20,
+        ..QuicLimits::default()
+    };
+    let (mut a, rl, _rctrl, _ends) = setup(limits, true).await;
+    assert_eq!(a.tx.memory_bytes(), 0);
+    let (x, y) = (0x40, 0x41);
+    let mut sx = rl.open_circuit_stream().await.expect("open");
+    let mut out = cell(x, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&relays(x, CELLS));
+    within("write x", sx.write_all(&out)).await.expect("write");
+    until("x's reader holds cells", || a.tx.memory_bytes() > 0).await;
+    // Nothing is queued towards the peer: it is all the reader's, and a
+    // waiting reader reads no more, so the count stays put.
+    assert_eq!(a.tx.queued_bytes(), 0);
+    let held_x = a.tx.memory_bytes();
+    assert!(held_x >= codec().fixed_len(), "{held_x}");
+
+    // y's stream arrives: its CREATE waits too, and counts.
+    let mut sy = rl.open_circuit_stream().await.expect("open");
+    let mut out = cell(y, ChanCmd::CREATE2, &[]);
+    out.extend_from_slice(&relays(y, 20));
+    within("write y", sy.write_all(&out)).await.expect("write");
+    until("y's CREATE counted", || a.tx.memory_bytes() > held_x).await;
+
+    // Destroying y (which the reactor never saw) frees its share at once
+    // and resets its stream.
+    assert!(a.tx.send_now(cell(y, ChanCmd::DESTROY, &[destroy_reason::REQUESTED])));
+    until("y's share freed", || a.tx.memory_bytes() == held_x).await;
+    let requested = u64::from(codes::destroy_code(destroy_reason::REQUESTED));
+    assert_eq!(reset_code(&mut sy).await, Some(requested));
+
+    // The reactor reads again: x's cells all arrive, in order; none of y.
+    let got = recv(&mut a, usize::from(CELLS) + 1).await;
+    assert_eq!((got[0].circ_id, got[0].cmd), (x, ChanCmd::CREATE2));
+    for (i, c) in got[1..].iter().enumerate() {
+        assert_eq!((c.circ_id, c.cmd), (x, ChanCmd::RELAY));
+        assert_eq!(&c.payload[..2], &(i as u16).to_be_bytes());
+    }
+    quiet(&mut a).await;
+    until("nothing held", || a.tx.memory_bytes() == 0).await;
+}
+
+/// An orderly close delivers what was queued on the control stream
+/// before it, as a TLS channel's close delivers its queue before the FIN:
+/// the connection closes once the peer has acknowledged it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orderly_close_delivers_the_control_queue_first() {
+    const CELLS: usize = 2000;
+    let limits = QuicLimits::default();
+    let (s, _) = server(limits.clone());
+    let c = client(limits.clone());
+    let ((il, ictrl, _), (rl, rctrl, _)) = pair(&c, &s).await;
+    let a = spawn_quic_channel_io(il, ictrl, codec(), BytesMut::new(), true).expect("channel");
+    let mut b = spawn_quic_channel_io(rl, rctrl, codec(), BytesMut::new(), true).expect("channel");
+    let mut out = BytesMut::new();
+    for _ in 0..CELLS {
+        out.extend_from_slice(&cell(0, ChanCmd::PADDING, &[]));
+    }
+    assert!(a.tx.send_now(out));
+    a.tx.close();
+    let mut got = 0;
+    let end = within("all cells, then the end", async {
+        loop {
+            match b.rx.recv().await {
+                Some(Ok(batch)) => {
+                    assert!(batch.iter().all(|c| c.cmd == ChanCmd::PADDING));
+                    got += batch.len();
+                }
+                other => return other,
+            }
+        }
+    })
+    .await;
+    assert!(matches!(end, Some(Err(_)) | None), "{end:?}");
+    assert_eq!(got, CELLS);
+}
+
+/// A peer that stops our control stream (STOP_SENDING) breaks the
+/// mapping: the link closes with PROTOCOL at once, even when nothing was
+/// being written on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_stopping_the_control_stream_closes_the_link() {
+    let (mut a, rl, rctrl, _ends) = setup(QuicLimits::default(), true).await;
+    let (_send, mut recv) = rctrl.into_split();
+    recv.stop(quinn::VarInt::from_u32(0)).expect("stop");
+    let code = within("close", rl.closed_with_code()).await;
+    assert_eq!(code, Some(codes::PROTOCOL));
+    let end = within("the reactor hears", a.rx.recv()).await;
+    assert!(matches!(end, Some(Err(_)) | None), "{end:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,9 +24,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use quinn::{RecvStream, SendStream, VarInt, WriteError};
+use quinn::{SendStream, VarInt, WriteError};
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::debug;
 
@@ -34,12 +35,12 @@ use onionmix_cell::chan::destroy_reason;
 use onionmix_cell::{CellCodec, ChanCmd, RawCell};
 
 use super::cc;
-use super::stream::{connection_lost, peer_reset_code};
+use super::stream::{ChunkSource, connection_lost, peer_reset_code};
 use super::{QuicLink, QuicStream, codes};
 use crate::LinkError;
 use crate::io::{
-    CellSource, ChannelIo, ChannelWriter, InboundTx, ReadEnd, inbound_queue, read_cells,
-    spawn_writer,
+    CellSource, ChannelIo, ChannelWriter, InboundTx, ReadEnd, ReadOpts, hand_over, inbound_queue,
+    read_cells, spawn_writer,
 };
 
 /// How much of one circuit stream's queue counts towards the channel's
@@ -47,6 +48,9 @@ use crate::io::{
 /// when many circuits back up (the link itself is the bottleneck), not
 /// when a few are stalled by their own readers.
 pub const STREAM_BACKPRESSURE_SHARE: usize = 64 * 1024;
+/// How long an orderly close waits for the control stream's queue to be
+/// delivered and acknowledged before it closes the connection anyway.
+pub const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes gathered into one stream write at most.
 const WRITE_COALESCE: usize = 256 * 1024;
 
@@ -81,16 +85,21 @@ pub fn spawn_quic_channel_io(
         drained,
         stream_bytes: AtomicUsize::new(0),
         shared_bytes: AtomicUsize::new(0),
+        held_bytes: AtomicUsize::new(0),
         max_circuit_queue: limits.max_circuit_queue,
         accept_circuits,
         weight: cc::weight_of(&link.conn),
     });
     let (send, recv) = control.into_split();
+    // Resolves once the writer has finished the control stream and the
+    // peer acknowledged all of it (or the stream or connection ended).
+    let flushed = send.stopped();
     spawn_writer(send, control_writer.clone(), out_rx);
     let reader_link = link.clone();
     tokio::spawn(async move {
-        let mut recv = recv;
-        let end = read_cells(&mut recv, &codec, leftover, &in_tx, None, false, |c| {
+        let mut recv = ChunkSource::new(recv);
+        let opts = ReadOpts::default();
+        let end = read_cells(&mut recv, &codec, leftover, &in_tx, opts, |c| {
             if c.circ_id == 0 {
                 Ok(())
             } else {
@@ -106,7 +115,7 @@ pub fn spawn_quic_channel_io(
         }
         let _ = in_tx.send(Err(end.describe())).await;
     });
-    tokio::spawn(lifecycle(mux.clone(), control_writer.clone()));
+    tokio::spawn(lifecycle(mux.clone(), control_writer.clone(), flushed));
     Ok(ChannelIo {
         rx: in_rx,
         tx: control_writer.with_mux(mux),
@@ -114,13 +123,29 @@ pub fn spawn_quic_channel_io(
 }
 
 /// Accept the peer's circuit streams until the channel ends, then close
-/// the connection and end every circuit stream.
-async fn lifecycle(mux: Arc<Mux>, control: ChannelWriter) {
+/// the connection and end every circuit stream. An orderly close (our
+/// reactor closed the channel) first lets the control stream deliver what
+/// was queued on it, for at most [`CLOSE_FLUSH_TIMEOUT`]: closing the
+/// connection at once would discard it, where a TLS channel's queue
+/// still reaches the peer before the FIN.
+async fn lifecycle(
+    mux: Arc<Mux>,
+    control: ChannelWriter,
+    flushed: impl Future<Output = Result<Option<VarInt>, quinn::StoppedError>>,
+) {
     let mut recount = tokio::time::interval(cc::WEIGHT_INTERVAL);
     recount.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut flushed = std::pin::pin!(flushed);
+    // Before our close, `flushed` ends only if the peer stopped the
+    // control stream (a violation of the mapping) or the connection ended.
+    let mut flush_seen = None;
     loop {
         tokio::select! {
             _ = control.closed() => break,
+            r = &mut flushed => {
+                flush_seen = Some(r);
+                break;
+            }
             _ = recount.tick(), if mux.weight.is_some() => mux.recount_weight(),
             s = mux.link.accept_circuit_stream() => match s {
                 Ok(Some(mut stream)) => {
@@ -137,10 +162,23 @@ async fn lifecycle(mux: Arc<Mux>, control: ChannelWriter) {
     }
     let code = if control.is_aborted() {
         codes::RESOURCE
+    } else if matches!(flush_seen, Some(Ok(Some(_)))) {
+        debug!("peer stopped the control stream");
+        codes::PROTOCOL
     } else {
         codes::NO_ERROR
     };
-    mux.shutdown(code);
+    // Circuits end first, their streams reset with CHANNEL_CLOSED (not
+    // left to readers that would find the reactor gone).
+    mux.end_circuits();
+    if code == codes::NO_ERROR
+        && flush_seen.is_none()
+        && control.is_closed()
+        && mux.link.close_reason().is_none()
+    {
+        let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, flushed).await;
+    }
+    mux.link.close(code);
     // The reactor learns of a closed connection from the control stream;
     // make sure it does even if the peer closed it first.
     control.close();
@@ -162,6 +200,9 @@ pub(crate) struct Mux {
     stream_bytes: AtomicUsize,
     /// Of those, what counts in `queued`.
     shared_bytes: AtomicUsize,
+    /// Bytes the circuit streams' readers hold while they wait for room in
+    /// the reactor's queue.
+    held_bytes: AtomicUsize,
     max_circuit_queue: usize,
     accept_circuits: bool,
     /// How many flows the connection's controller stands for, if it is
@@ -208,6 +249,16 @@ struct Circ {
 impl Circ {
     fn destroy(&self, reason: u8) {
         self.reset.send_replace(codes::destroy_code(reason));
+    }
+}
+
+/// A run of cells that will wait behind `queued` bytes, in an allocation
+/// of its own ([`Mux::queue_run`]); one that will not, as it is.
+pub(super) fn own_if_waiting(cells: BytesMut, queued: usize) -> BytesMut {
+    if queued > 0 {
+        BytesMut::from(&cells[..])
+    } else {
+        cells
     }
 }
 
@@ -314,12 +365,18 @@ impl Mux {
     }
 
     /// Queue a run of one circuit's cells on its stream (if the circuit is
-    /// still there).
+    /// still there). The run is a view into the producer's buffer, which
+    /// holds other circuits' cells too and stays allocated as long as any
+    /// view into it does; so a run that has to wait behind others (the
+    /// circuit's stream is backed up) is copied into an allocation of its
+    /// own, and what the queue counts is what it holds. A circuit that
+    /// keeps up hands its runs on uncopied.
     fn queue_run(&self, st: &State, run: Option<(u32, BytesMut)>) {
         let Some((circ_id, cells)) = run else { return };
         let Some(e) = st.circuits.get(&circ_id) else {
             return;
         };
+        let cells = own_if_waiting(cells, e.circ.queued.load(Ordering::Relaxed));
         let n = cells.len();
         self.add(&e.circ, n);
         if e.tx.send(cells).is_err() {
@@ -462,7 +519,8 @@ impl Mux {
     }
 
     /// Memory beyond the back-pressure count: the rest of the circuit
-    /// queues. What quinn itself buffers is not counted: it reports no
+    /// queues, and what circuit streams' readers hold while the reactor's
+    /// queue is full. What quinn itself buffers is not counted: it reports no
     /// occupancy, and any guess (its send window whenever a queue waits)
     /// would close busy links under a cap they do not threaten; it is
     /// bounded per link by the send and receive windows, as a TLS link's
@@ -470,7 +528,8 @@ impl Mux {
     pub(crate) fn extra_memory(&self) -> usize {
         let total = self.stream_bytes.load(Ordering::Relaxed);
         let shared = self.shared_bytes.load(Ordering::Relaxed);
-        total.saturating_sub(shared)
+        let held = self.held_bytes.load(Ordering::Relaxed);
+        total.saturating_sub(shared).saturating_add(held)
     }
 
     /// Close the connection now (the memory-pressure handler).
@@ -480,12 +539,17 @@ impl Mux {
 
     /// Close the connection with `code` and end every circuit stream.
     fn shutdown(&self, code: u32) {
+        self.link.close(code);
+        self.end_circuits();
+    }
+
+    /// End every circuit stream (CHANNEL_CLOSED) and take no more.
+    fn end_circuits(&self) {
         let entries: Vec<Entry> = {
             let mut st = lock(&self.state);
             st.closed = true;
             st.circuits.drain().map(|(_, e)| e).collect()
         };
-        self.link.close(code);
         for e in entries {
             e.circ.destroy(destroy_reason::CHANNEL_CLOSED);
         }
@@ -509,7 +573,7 @@ async fn run_opened(mux: Arc<Mux>, circ: Arc<Circ>, rx: mpsc::UnboundedReceiver<
             tokio::spawn(read_circuit(
                 mux.clone(),
                 circ.clone(),
-                recv,
+                ChunkSource::new(recv),
                 BytesMut::new(),
                 false,
             ));
@@ -530,7 +594,8 @@ async fn run_opened(mux: Arc<Mux>, circ: Arc<Circ>, rx: mpsc::UnboundedReceiver<
 /// A stream the peer opened: its first cell must create a circuit whose ID
 /// is not in use on this link.
 async fn run_accepted(mux: Arc<Mux>, stream: QuicStream) {
-    let (send, mut recv) = stream.into_split();
+    let (send, recv) = stream.into_split();
+    let mut recv = ChunkSource::new(recv);
     let mut buf = BytesMut::new();
     let limit = mux.link.open_timeout;
     let first = tokio::time::timeout(limit, async {
@@ -556,10 +621,10 @@ async fn run_accepted(mux: Arc<Mux>, stream: QuicStream) {
     })
     .await;
     let code = VarInt::from_u32(codes::destroy_code(destroy_reason::PROTOCOL));
-    let refuse = |mut send: SendStream, mut recv: RecvStream, why: &str| {
+    let refuse = |mut send: SendStream, mut recv: ChunkSource, why: &str| {
         debug!("refusing a circuit stream: {why}");
         let _ = send.reset(code);
-        let _ = recv.stop(code);
+        recv.stop(code);
     };
     let cell = match first {
         Ok(Ok(c)) => c,
@@ -572,8 +637,25 @@ async fn run_accepted(mux: Arc<Mux>, stream: QuicStream) {
     let Some((circ, rx)) = mux.register_accepted(cell.circ_id) else {
         return refuse(send, recv, "circuit ID in use");
     };
-    if mux.in_tx.send(Ok(vec![cell])).await.is_err() {
-        return;
+    // Hand the CREATE over as the reader hands over cells (counted while
+    // the reactor's queue is full), and give up if the circuit is
+    // destroyed meanwhile: nothing else ends this stream yet.
+    let mut reset = circ.reset.subscribe();
+    let handed = tokio::select! {
+        ok = hand_over(&mux.in_tx, vec![cell], &buf, Some(&mux.held_bytes)) => Some(ok),
+        _ = reset.wait_for(|c| *c != 0) => None,
+    };
+    match handed {
+        Some(true) => {}
+        Some(false) => return,
+        None => {
+            let code = VarInt::from_u32(*reset.borrow());
+            let (mut send, mut recv) = (send, recv);
+            let _ = send.reset(code);
+            recv.stop(code);
+            drain(&mux, &circ, rx);
+            return;
+        }
     }
     tokio::spawn(write_circuit(mux.clone(), circ.clone(), send, rx));
     read_circuit(mux, circ, recv, buf, true).await;
@@ -585,7 +667,7 @@ async fn run_accepted(mux: Arc<Mux>, stream: QuicStream) {
 async fn read_circuit(
     mux: Arc<Mux>,
     circ: Arc<Circ>,
-    mut recv: RecvStream,
+    mut recv: ChunkSource,
     buf: BytesMut,
     created: bool,
 ) {
@@ -608,14 +690,19 @@ async fn read_circuit(
             Err(format!("unexpected {:?} on a circuit stream", c.cmd))
         }
     };
+    let opts = ReadOpts {
+        fixed_only: true,
+        held: Some(&mux.held_bytes),
+        ..ReadOpts::default()
+    };
     let end = tokio::select! {
-        e = read_cells(&mut recv, &mux.codec, buf, &mux.in_tx, None, true, check) => Some(e),
+        e = read_cells(&mut recv, &mux.codec, buf, &mux.in_tx, opts, check) => Some(e),
         _ = reset.wait_for(|c| *c != 0) => None,
     };
     match end {
         None => {
             let code = *reset.borrow();
-            let _ = recv.stop(VarInt::from_u32(code));
+            recv.stop(VarInt::from_u32(code));
         }
         Some(ReadEnd::ReactorGone) => {}
         Some(ReadEnd::Error(e)) if connection_lost(&e) => {}
@@ -626,7 +713,7 @@ async fn read_circuit(
         Some(other) => {
             debug!("circuit stream: {}", other.describe());
             mux.end_circuit(&circ, destroy_reason::PROTOCOL);
-            let _ = recv.stop(VarInt::from_u32(codes::destroy_code(
+            recv.stop(VarInt::from_u32(codes::destroy_code(
                 destroy_reason::PROTOCOL,
             )));
         }

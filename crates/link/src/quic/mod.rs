@@ -422,15 +422,16 @@ impl QuicIncoming {
 
 /// An established QUIC link: opens and accepts circuit streams, exports
 /// keying material, closes. Clones share the connection; dropping the last
-/// clone closes it (NO_ERROR) even if streams are still held, so the
-/// transport's connection count matches the links alive.
+/// clone closes it (NO_ERROR) even if streams are still held, and closing
+/// it frees its slot at once, so the transport's connection count matches
+/// the links open.
 #[derive(Clone)]
 pub struct QuicLink {
     conn: Connection,
     open_timeout: Duration,
     /// The limits the channel over this link enforces (circuit queues).
     limits: Arc<QuicLimits>,
-    _guard: Arc<LinkGuard>,
+    guard: Arc<LinkGuard>,
 }
 
 /// One QUIC link's path counters ([`QuicLink::path_stats`]).
@@ -460,10 +461,19 @@ pub struct QuicPathStats {
 }
 
 /// Closes the connection and frees its slot when the last [`QuicLink`]
-/// clone goes.
+/// clone goes, or when the link is closed ([`QuicLink::close`]): a closed
+/// link whose handles something still keeps (a channel registry) holds
+/// no slot.
 struct LinkGuard {
     conn: Connection,
-    _permit: OwnedSemaphorePermit,
+    permit: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl LinkGuard {
+    fn release(&self) {
+        let permit = self.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(permit);
+    }
 }
 
 impl Drop for LinkGuard {
@@ -484,9 +494,9 @@ impl std::fmt::Debug for QuicLink {
 impl QuicLink {
     fn new(conn: Connection, limits: &QuicLimits, permit: OwnedSemaphorePermit) -> Self {
         QuicLink {
-            _guard: Arc::new(LinkGuard {
+            guard: Arc::new(LinkGuard {
                 conn: conn.clone(),
-                _permit: permit,
+                permit: std::sync::Mutex::new(Some(permit)),
             }),
             conn,
             open_timeout: limits.open_stream_timeout,
@@ -600,9 +610,11 @@ impl QuicLink {
     }
 
     /// Close the connection with an application error code (see
-    /// [`codes`]); every stream ends with it.
+    /// [`codes`]); every stream ends with it, and its connection slot is
+    /// free at once.
     pub fn close(&self, code: u32) {
         self.conn.close(VarInt::from_u32(code), b"");
+        self.guard.release();
     }
 
     /// Wait until the connection is closed, by either side or by the idle

@@ -1,17 +1,17 @@
 //! One QUIC bidirectional stream as a byte stream (the control stream or a
 //! circuit's stream).
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
-use quinn::{RecvStream, SendStream, VarInt};
+use quinn::{ReadError, RecvStream, SendStream, VarInt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::io::CellSource;
 
-/// Received chunks (each at most one packet's STREAM frame, so at most
-/// `max_udp_payload`) appended by one [`CellSource::fill`] at most.
+/// Received chunks (usually one packet's STREAM frame each) appended by
+/// one [`CellSource::fill`] at most.
 const FILL_CHUNKS: usize = 8;
 /// A partial cell at most this long is moved to an allocation of its own
 /// before a circuit stream waits, so an idle stream does not pin the
@@ -100,32 +100,101 @@ pub fn connection_lost(e: &std::io::Error) -> bool {
 /// stream it reserves no buffer before it waits: quinn hands over the
 /// received chunks, which are copied into `buf` once they are there. An
 /// idle circuit stream (a relay may hold tens of thousands) so keeps at
-/// most the start of one cell, not a 32 KiB read buffer.
-impl CellSource for RecvStream {
+/// most the start of one cell, not a 32 KiB read buffer. One fill takes
+/// at most [`FILL_BUDGET`] bytes in at most [`FILL_CHUNKS`] chunks
+/// (quinn may hand over a chunk as long as the stream's window when it
+/// merged a peer's many small frames; it is split here), so a reader that
+/// then waits for the reactor holds little.
+#[derive(Debug)]
+pub(crate) struct ChunkSource {
+    recv: RecvStream,
+    /// An error met after some bytes were taken: returned by the next
+    /// fill, so the peer's reset code is not lost.
+    pending: Option<ReadError>,
+    /// The stream's end was met after some bytes were taken.
+    ended: bool,
+}
+
+impl ChunkSource {
+    pub(crate) fn new(recv: RecvStream) -> Self {
+        ChunkSource {
+            recv,
+            pending: None,
+            ended: false,
+        }
+    }
+
+    /// STOP_SENDING with `code` (see [`super::codes`]).
+    pub(crate) fn stop(&mut self, code: VarInt) {
+        // Fails only if the stream is already finished or reset.
+        let _ = self.recv.stop(code);
+    }
+
+    /// A chunk of at most `max` bytes if one is there without waiting.
+    fn ready_chunk(&mut self, max: usize) -> Poll<Result<Option<Bytes>, ReadError>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut read = pin!(self.recv.read_chunk(max, true));
+        read.as_mut()
+            .poll(&mut cx)
+            .map(|r| r.map(|c| c.map(|c| c.bytes)))
+    }
+}
+
+/// Bytes one [`CellSource::fill`] of a QUIC stream takes at most.
+pub(crate) const FILL_BUDGET: usize = 64 * 1024;
+
+impl CellSource for ChunkSource {
     async fn fill(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        if let Some(e) = self.pending.take() {
+            return Err(e.into());
+        }
+        if self.ended {
+            return Ok(0);
+        }
         if buf.is_empty() {
             *buf = BytesMut::new();
         } else if buf.len() <= COMPACT_MAX {
             *buf = BytesMut::from(&buf[..]);
         }
-        loop {
-            let mut parts: [Bytes; FILL_CHUNKS] = Default::default();
-            let Some(k) = self.read_chunks(&mut parts).await? else {
-                return Ok(0);
-            };
-            let parts = parts.get(..k).unwrap_or_default();
-            let n = parts.iter().map(Bytes::len).sum();
-            // `Ok(0)` means the end: an empty chunk (quinn gives none)
-            // must not be taken for it.
-            if n == 0 {
-                continue;
+        // Wait for the first chunk; `Ok(0)` means the end, so an empty
+        // chunk (quinn gives none) must not be taken for it.
+        let first = loop {
+            match self.recv.read_chunk(FILL_BUDGET, true).await? {
+                None => return Ok(0),
+                Some(c) if c.bytes.is_empty() => continue,
+                Some(c) => break c.bytes,
             }
-            buf.reserve(n);
-            for p in parts {
-                buf.extend_from_slice(p);
+        };
+        let mut parts: [Bytes; FILL_CHUNKS] = Default::default();
+        let mut n = first.len();
+        parts[0] = first;
+        let mut k = 1;
+        // Then take what else is there, within the budget.
+        while k < FILL_CHUNKS && n < FILL_BUDGET {
+            match self.ready_chunk(FILL_BUDGET - n) {
+                Poll::Ready(Ok(Some(c))) => {
+                    n += c.len();
+                    if let Some(slot) = parts.get_mut(k) {
+                        *slot = c;
+                    }
+                    k += 1;
+                }
+                Poll::Ready(Ok(None)) => {
+                    self.ended = true;
+                    break;
+                }
+                Poll::Ready(Err(e)) => {
+                    self.pending = Some(e);
+                    break;
+                }
+                Poll::Pending => break,
             }
-            return Ok(n);
         }
+        buf.reserve(n);
+        for p in parts.iter().take(k) {
+            buf.extend_from_slice(p);
+        }
+        Ok(n)
     }
 }
 

@@ -1,7 +1,9 @@
 //! What a QUIC link refuses: another ALPN, unidirectional streams (no
 //! credit; a peer ignoring that commits STREAM_LIMIT_ERROR, which quinn
-//! enforces), datagrams; and that dropping the last link handle closes
-//! the connection and frees its slot.
+//! enforces), datagrams; that dropping the last link handle closes the
+//! connection and frees its slot, as closing it does; what a circuit
+//! stream's reader holds (a partial cell while idle, at most its budget
+//! per read) and what a waiting run of cells pins.
 
 use std::time::Duration;
 
@@ -127,6 +129,31 @@ async fn dropping_the_last_link_closes_the_connection() {
         .expect("in time");
     assert_eq!(code, Some(codes::NO_ERROR));
     drop(stream);
+}
+
+/// Closing a link frees its slot at once, though handles to it remain
+/// (a channel registry may keep a closed channel's for a while).
+#[tokio::test]
+async fn closing_a_link_frees_its_slot_while_handles_remain() {
+    let s = server();
+    let c = client();
+    let (il, rl) = pair(&c, &s).await;
+    assert_eq!(c.open_connections(), 1);
+    let kept = il.clone();
+    il.close(codes::NO_ERROR);
+    assert_eq!(c.open_connections(), 0);
+    assert!(kept.close_reason().is_some());
+    // Closing again, and dropping the handles, give back nothing twice.
+    kept.close(codes::NO_ERROR);
+    drop((il, kept));
+    assert_eq!(c.open_connections(), 0);
+    let code = tokio::time::timeout(LONG, rl.closed_with_code())
+        .await
+        .expect("in time");
+    assert_eq!(code, Some(codes::NO_ERROR));
+    assert_eq!(s.open_connections(), 1, "the server's link is not closed");
+    rl.close(codes::NO_ERROR);
+    assert_eq!(s.open_connections(), 0);
 }
 
 /// On loopback (MTU 65536) path MTU discovery takes a link's packets past
@@ -255,7 +282,8 @@ async fn an_idle_circuit_stream_keeps_only_its_partial_cell() {
         .expect("in time")
         .expect("accept")
         .expect("a stream");
-    let (_send, mut recv) = stream.into_split();
+    let (_send, recv) = stream.into_split();
+    let mut recv = stream::ChunkSource::new(recv);
     let mut buf = bytes::BytesMut::new();
     while buf.len() < 614 {
         let n = tokio::time::timeout(LONG, recv.fill(&mut buf))
@@ -278,4 +306,92 @@ async fn an_idle_circuit_stream_keeps_only_its_partial_cell() {
     );
     drop(cell);
     drop(out);
+}
+
+/// Accept the next circuit stream `rl`'s peer opened, as a cell source.
+async fn accept_source(rl: &QuicLink) -> stream::ChunkSource {
+    let stream = tokio::time::timeout(LONG, rl.accept_circuit_stream())
+        .await
+        .expect("in time")
+        .expect("accept")
+        .expect("a stream");
+    stream::ChunkSource::new(stream.into_split().1)
+}
+
+/// One fill of a circuit stream takes at most `FILL_BUDGET` bytes however
+/// much has arrived; the bytes come whole and in order, then the end
+/// (after the last bytes, not with them); a reset after data reaches the
+/// reader with the peer's code.
+#[tokio::test]
+async fn a_fill_takes_at_most_its_budget_then_the_end_or_the_reset() {
+    use crate::io::CellSource;
+    use stream::FILL_BUDGET;
+    let s = server();
+    let c = client();
+    let (il, rl) = pair(&c, &s).await;
+
+    // 300 KiB, then FIN.
+    let data: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut out = il.open_circuit_stream().await.expect("stream");
+    out.write_all(&data).await.expect("write");
+    out.finish();
+    let mut src = accept_source(&rl).await;
+    // Let it all arrive, so one fill could take more than its budget.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let before = buf.len();
+        let n = tokio::time::timeout(LONG, src.fill(&mut buf))
+            .await
+            .expect("in time")
+            .expect("read");
+        assert!(n <= FILL_BUDGET, "{n} bytes in one fill");
+        assert_eq!(buf.len(), before + n);
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(&buf[..], &data[..]);
+    // The end stays the end.
+    let n = src.fill(&mut buf).await.expect("still the end");
+    assert_eq!(n, 0);
+
+    // Some bytes, then a reset: the reader gets the code.
+    let mut out = il.open_circuit_stream().await.expect("stream");
+    out.write_all(&[1u8; 1000]).await.expect("write");
+    let mut src = accept_source(&rl).await;
+    let mut buf = bytes::BytesMut::new();
+    let n = tokio::time::timeout(LONG, src.fill(&mut buf))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert!(n > 0);
+    out.reset(codes::destroy_code(3));
+    let code = loop {
+        match tokio::time::timeout(LONG, src.fill(&mut buf))
+            .await
+            .expect("in time")
+        {
+            Ok(0) => panic!("the end, not the reset"),
+            Ok(_) => {}
+            Err(e) => break stream::peer_reset_code(&e),
+        }
+    };
+    assert_eq!(code, Some(u64::from(codes::destroy_code(3))));
+}
+
+/// A run cut from a producer's buffer keeps the whole buffer alive;
+/// one that must wait is copied out, one that goes at once is not.
+#[test]
+fn a_waiting_run_does_not_pin_its_producers_buffer() {
+    let mut parent = bytes::BytesMut::from(&[5u8; 16 * 1024][..]);
+    let range = parent.as_ptr() as usize..parent.as_ptr() as usize + parent.len();
+    let run = parent.split_to(514);
+    let at = run.as_ptr() as usize;
+    let kept = chan::own_if_waiting(run, 0);
+    assert_eq!(kept.as_ptr() as usize, at);
+    let owned = chan::own_if_waiting(parent.split_to(514), 1);
+    assert!(!range.contains(&(owned.as_ptr() as usize)));
+    assert_eq!(&owned[..], &[5u8; 514][..]);
+    assert_eq!(owned.capacity(), 514);
 }
