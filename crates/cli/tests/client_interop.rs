@@ -170,7 +170,16 @@ fn onionmix_client_over_stock_tor_network() {
         eprintln!("killing guard {} mid-transfer", victim.name);
         // Start a large transfer and kill the guard once 1 MiB has arrived
         // (so the stream is surely attached to a circuit through it).
+        //
+        // Two outcomes are right: the stream ends (its circuit died with
+        // the guard), or, when the stream rides a conflux set (proposal
+        // 329: legs through different guards), the exit moves it to the
+        // surviving leg and the whole body arrives intact. Wrong are a
+        // stream that hangs, and a body that arrives whole but corrupt
+        // (cells lost with the dead leg).
+        use sha2::{Digest, Sha256};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const SIZE: u64 = 400 << 20;
         let mut s = socks::connect(
             ours,
             &Target::Addr(sink.http),
@@ -180,23 +189,38 @@ fn onionmix_client_over_stock_tor_network() {
         .await
         .unwrap();
         s.write_all(
-            format!(
-                "GET /bytes/{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                400u64 << 20
-            )
-            .as_bytes(),
+            format!("GET /bytes/{SIZE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         )
         .await
         .unwrap();
+        let mut pending = Vec::new();
+        let head = onionmix_http::io::read_response_head(
+            &mut s,
+            &mut pending,
+            &onionmix_http::Limits::new(8 * 1024, 64),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("response head");
+        assert_eq!(head.status, 200);
+        let want_digest = head
+            .headers
+            .get("x-onionmix-sha256")
+            .expect("digest header")
+            .to_string();
+        let mut hash = Sha256::new();
+        hash.update(&pending);
+        let mut got = pending.len() as u64;
         let mut buf = vec![0u8; 65536];
-        let mut got = 0usize;
         while got < 1 << 20 {
             let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf))
                 .await
                 .expect("first MiB")
                 .unwrap();
             assert!(n > 0, "stream ended early");
-            got += n;
+            hash.update(&buf[..n]);
+            got += n as u64;
         }
         let t_kill = Instant::now();
         assert!(onionmix_testbed::proc::stop(
@@ -207,15 +231,30 @@ fn onionmix_client_over_stock_tor_network() {
         loop {
             match tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => break,
-                Ok(Ok(n)) => got += n,
+                Ok(Ok(n)) => {
+                    hash.update(&buf[..n]);
+                    got += n as u64;
+                }
                 Err(_) => panic!("stream still open 60 s after its guard died"),
             }
         }
-        assert!(got < 400 << 20, "transfer survived the guard's death?");
-        eprintln!(
-            "stream ended {:?} after the kill ({got} bytes)",
-            t_kill.elapsed()
-        );
+        assert!(got <= SIZE, "more body than was sent: {got} bytes");
+        if got == SIZE {
+            assert_eq!(
+                hex::encode(hash.finalize()),
+                want_digest,
+                "the stream survived its guard's death but its body is corrupt"
+            );
+            eprintln!(
+                "stream survived the guard's death intact (moved to a conflux leg through another guard), {:?} after the kill",
+                t_kill.elapsed()
+            );
+        } else {
+            eprintln!(
+                "stream ended {:?} after the kill ({got} of {SIZE} bytes)",
+                t_kill.elapsed()
+            );
+        }
         let log = info.clients(Some(Implementation::Onionmix))[0].log.clone();
         let r = common_net::download(ours, &host, port, 1 << 20, None).await;
         let (r, _) = r.unwrap_or_else(|e| {
