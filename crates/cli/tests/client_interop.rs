@@ -4,6 +4,7 @@
 
 mod common_net;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use onionmix_testbed::socks::{self, SocksError, Target};
@@ -146,38 +147,13 @@ fn onionmix_client_over_stock_tor_network() {
         assert!(r.sha256_ok());
 
         // A relay killed mid-transfer: the stream fails cleanly, the next
-        // request succeeds through a fresh circuit. We kill our client's
-        // guard (the confirmed guard in its state file).
-        let guards: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(om.data_dir.join("guards.json")).unwrap(),
-        )
-        .unwrap();
-        let guard_fp = guards["guards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|g| !g["confirmed_idx"].is_null())
-            .min_by_key(|g| g["confirmed_idx"].as_u64())
-            .and_then(|g| g["rsa_id"].as_str())
-            .unwrap()
-            .to_string();
-        let victim = info
-            .nodes
-            .iter()
-            .find(|n| n.fingerprint.as_deref() == Some(&guard_fp))
-            .unwrap()
-            .clone();
-        eprintln!("killing guard {} mid-transfer", victim.name);
-        // Start a large transfer and kill the guard once 1 MiB has arrived
-        // (so the stream is surely attached to a circuit through it).
-        //
-        // Two outcomes are right: the stream ends (its circuit died with
-        // the guard), or, when the stream rides a conflux set (proposal
-        // 329: legs through different guards), the exit moves it to the
-        // surviving leg and the whole body arrives intact. Wrong are a
-        // stream that hangs, and a body that arrives whole but corrupt
-        // (cells lost with the dead leg).
-        use sha2::{Digest, Sha256};
+        // request succeeds through a fresh circuit. We start a large
+        // transfer and, once 1 MiB has arrived, kill the guard of the
+        // circuit that carries it (from our client's control port: its
+        // state file's first guard need not be the one this circuit
+        // uses). Our client closes a whole conflux set when one leg
+        // closes, so the stream must end; what it received must be a
+        // prefix of the body.
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         const SIZE: u64 = 400 << 20;
         let mut s = socks::connect(
@@ -204,13 +180,6 @@ fn onionmix_client_over_stock_tor_network() {
         .await
         .expect("response head");
         assert_eq!(head.status, 200);
-        let want_digest = head
-            .headers
-            .get("x-onionmix-sha256")
-            .expect("digest header")
-            .to_string();
-        let mut hash = Sha256::new();
-        hash.update(&pending);
         let mut got = pending.len() as u64;
         let mut buf = vec![0u8; 65536];
         while got < 1 << 20 {
@@ -219,9 +188,20 @@ fn onionmix_client_over_stock_tor_network() {
                 .expect("first MiB")
                 .unwrap();
             assert!(n > 0, "stream ended early");
-            hash.update(&buf[..n]);
             got += n as u64;
         }
+        let control = SocketAddr::new(om.address.parse().unwrap(), om.control_port.unwrap());
+        let cookie = om.data_dir.join("control_auth_cookie");
+        let path = common_net::path_of_stream(control, &cookie, sink.http)
+            .await
+            .expect("the stream's circuit in stream-status and circuit-status");
+        let victim = info
+            .nodes
+            .iter()
+            .find(|n| n.fingerprint.as_deref() == Some(&path[0].0))
+            .expect("the stream's guard is a node of the network")
+            .clone();
+        eprintln!("killing guard {} mid-transfer", victim.name);
         let t_kill = Instant::now();
         assert!(onionmix_testbed::proc::stop(
             victim.pid,
@@ -231,30 +211,19 @@ fn onionmix_client_over_stock_tor_network() {
         loop {
             match tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => break,
-                Ok(Ok(n)) => {
-                    hash.update(&buf[..n]);
-                    got += n as u64;
-                }
+                Ok(Ok(n)) => got += n as u64,
                 Err(_) => panic!("stream still open 60 s after its guard died"),
             }
         }
-        assert!(got <= SIZE, "more body than was sent: {got} bytes");
-        if got == SIZE {
-            assert_eq!(
-                hex::encode(hash.finalize()),
-                want_digest,
-                "the stream survived its guard's death but its body is corrupt"
-            );
-            eprintln!(
-                "stream survived the guard's death intact (moved to a conflux leg through another guard), {:?} after the kill",
-                t_kill.elapsed()
-            );
-        } else {
-            eprintln!(
-                "stream ended {:?} after the kill ({got} of {SIZE} bytes)",
-                t_kill.elapsed()
-            );
-        }
+        assert!(
+            got < SIZE,
+            "the transfer survived the death of its circuit's guard {}",
+            victim.name
+        );
+        eprintln!(
+            "stream ended {:?} after the kill ({got} of {SIZE} bytes)",
+            t_kill.elapsed()
+        );
         let log = info.clients(Some(Implementation::Onionmix))[0].log.clone();
         let r = common_net::download(ours, &host, port, 1 << 20, None).await;
         let (r, _) = r.unwrap_or_else(|e| {

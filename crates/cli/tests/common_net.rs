@@ -484,3 +484,41 @@ fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// The path (`(fingerprint, nickname)` per hop, guard first) of the
+/// circuit that carries a client's stream to `target`, from its control
+/// port's `stream-status` and `circuit-status`; `None` when no succeeded
+/// stream to `target` is listed or its circuit is not.
+#[allow(dead_code)]
+pub async fn path_of_stream(
+    control: SocketAddr,
+    cookie: &std::path::Path,
+    target: SocketAddr,
+) -> Option<Vec<(String, String)>> {
+    let t = Duration::from_secs(10);
+    let streams = onionmix_testbed::torctl::getinfo_lines(control, cookie, "stream-status", t)
+        .await
+        .ok()?;
+    // "<id> SUCCEEDED <circuit id> <target>"
+    let circ = streams.iter().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.len() >= 4 && f[1] == "SUCCEEDED" && f[3] == target.to_string())
+            .then(|| f[2].to_string())
+    })?;
+    let circuits = onionmix_testbed::torctl::getinfo_lines(control, cookie, "circuit-status", t)
+        .await
+        .ok()?;
+    // "<id> BUILT $FP~guard,$FP~middle,$FP~exit ..."
+    circuits.iter().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() < 3 || f[0] != circ {
+            return None;
+        }
+        f[2].split(',')
+            .map(|hop| {
+                let (fp, nick) = hop.split_once('~').unwrap_or((hop, ""));
+                Some((fp.strip_prefix('$')?.to_string(), nick.to_string()))
+            })
+            .collect()
+    })
+}

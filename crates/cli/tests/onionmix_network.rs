@@ -186,38 +186,6 @@ fn pinned_client(
     )
 }
 
-/// The middle relay (nickname) of the circuit that carries the client's
-/// stream to `target`, from its control port's stream-status and
-/// circuit-status.
-async fn middle_of_stream(
-    control: SocketAddr,
-    cookie: &std::path::Path,
-    target: SocketAddr,
-) -> Option<String> {
-    let t = Duration::from_secs(10);
-    let streams = onionmix_testbed::torctl::getinfo_lines(control, cookie, "stream-status", t)
-        .await
-        .ok()?;
-    // "<id> SUCCEEDED <circuit id> <target>"
-    let circ = streams.iter().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() >= 4 && f[1] == "SUCCEEDED" && f[3] == target.to_string())
-            .then(|| f[2].to_string())
-    })?;
-    let circuits = onionmix_testbed::torctl::getinfo_lines(control, cookie, "circuit-status", t)
-        .await
-        .ok()?;
-    // "<id> BUILT $FP~guard,$FP~middle,$FP~exit ..."
-    circuits.iter().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        if f.len() < 3 || f[0] != circ {
-            return None;
-        }
-        let hop = f[2].split(',').nth(1)?;
-        Some(hop.split('~').nth(1)?.to_string())
-    })
-}
-
 /// A SOCKS connection through `proxy`, retried while the client starts.
 async fn wait_for_socks(
     proxy: SocketAddr,
@@ -372,7 +340,10 @@ fn onionmix_basic_network() {
         let cookie = pdir.join("control_auth_cookie");
         let deadline = Instant::now() + Duration::from_secs(30);
         let middle = loop {
-            if let Some(m) = middle_of_stream(pcontrol, &cookie, sink.http).await {
+            if let Some(m) = common_net::path_of_stream(pcontrol, &cookie, sink.http)
+                .await
+                .and_then(|p| p.get(1).map(|h| h.1.clone()))
+            {
                 break m;
             }
             assert!(
