@@ -342,13 +342,29 @@ pub enum DriveError {
     Io(#[from] std::io::Error),
     /// The peer broke the handshake protocol or failed verification.
     #[error("{0}")]
-    Handshake(String),
+    Handshake(#[from] onionmix_proto::channel::HandshakeError),
     /// The peer closed the connection mid-handshake.
     #[error("connection closed during handshake")]
     Closed,
     /// It did not finish in time.
     #[error("link handshake timed out")]
     TimedOut,
+}
+
+impl DriveError {
+    /// The application code a QUIC link whose handshake failed this way is
+    /// closed with (`docs/quic-links.md` §1, error codes): AUTH_FAILED
+    /// when the peer failed authentication, PROTOCOL when it broke the
+    /// handshake (bad versions or cells, a reset control stream, no
+    /// answer in time), NO_ERROR when it closed first.
+    pub fn quic_close_code(&self) -> u32 {
+        use onionmix_link::quic::codes;
+        match self {
+            DriveError::Handshake(e) if e.is_auth_failure() => codes::AUTH_FAILED,
+            DriveError::Handshake(_) | DriveError::Io(_) | DriveError::TimedOut => codes::PROTOCOL,
+            DriveError::Closed => codes::NO_ERROR,
+        }
+    }
 }
 
 /// Run an initiator link handshake (VERSIONS, CERTS, AUTH_CHALLENGE,
@@ -367,8 +383,7 @@ where
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fut = async {
         let mut out = bytes::BytesMut::new();
-        hs.start(&mut out)
-            .map_err(|e| DriveError::Handshake(e.to_string()))?;
+        hs.start(&mut out)?;
         tls.write_all(&out).await?;
         tls.flush().await?;
         out.clear();
@@ -377,9 +392,7 @@ where
             if tls.read_buf(&mut input).await? == 0 {
                 return Err(DriveError::Closed);
             }
-            let done = hs
-                .handle(&mut input, &mut out)
-                .map_err(|e| DriveError::Handshake(e.to_string()))?;
+            let done = hs.handle(&mut input, &mut out)?;
             if !out.is_empty() {
                 tls.write_all(&out).await?;
                 tls.flush().await?;
@@ -424,8 +437,7 @@ where
             let done = {
                 let s = &*stream;
                 let export = |ctx: &[u8; 32]| exporter(s, ctx);
-                hs.handle(&mut input, &mut out, &export)
-                    .map_err(|e| DriveError::Handshake(e.to_string()))?
+                hs.handle(&mut input, &mut out, &export)?
             };
             if !out.is_empty() {
                 stream.write_all(&out).await?;
@@ -440,4 +452,38 @@ where
     tokio::time::timeout(limit, fut)
         .await
         .map_err(|_| DriveError::TimedOut)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DriveError;
+    use onionmix_cell::ChanCmd;
+    use onionmix_link::quic::codes;
+    use onionmix_proto::channel::HandshakeError;
+
+    #[test]
+    fn a_failed_handshake_closes_a_quic_link_with_the_code_of_its_failure() {
+        let code = |e: DriveError| e.quic_close_code();
+        for auth in [
+            HandshakeError::Certs("bad signature".into()),
+            HandshakeError::IdentityMismatch {
+                expected: "AA".into(),
+                got: "BB".into(),
+            },
+            HandshakeError::NoAuthMethod,
+        ] {
+            assert_eq!(code(auth.into()), codes::AUTH_FAILED);
+        }
+        for proto in [
+            HandshakeError::NoCommonVersion(vec![1, 2]),
+            HandshakeError::Unexpected(ChanCmd::RELAY),
+            HandshakeError::TooLong,
+        ] {
+            assert_eq!(code(proto.into()), codes::PROTOCOL);
+        }
+        assert_eq!(code(DriveError::TimedOut), codes::PROTOCOL);
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "stream reset");
+        assert_eq!(code(reset.into()), codes::PROTOCOL);
+        assert_eq!(code(DriveError::Closed), codes::NO_ERROR);
+    }
 }

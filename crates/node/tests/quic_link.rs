@@ -84,7 +84,7 @@ async fn respond_once(
     match drive_responder_handshake(&mut ctrl, hs, exporter, LONG).await {
         Ok((acc, left)) => Ok((acc, link, ctrl, left)),
         Err(e) => {
-            link.close(codes::AUTH_FAILED);
+            link.close(e.quic_close_code());
             Err(e.to_string())
         }
     }
@@ -134,7 +134,7 @@ async fn initiate(
     match drive_initiator_handshake(&mut ctrl, hs, LONG).await {
         Ok((est, left)) => Ok((est, link, ctrl, left)),
         Err(e) => {
-            link.close(codes::AUTH_FAILED);
+            link.close(e.quic_close_code());
             Err(e.to_string())
         }
     }

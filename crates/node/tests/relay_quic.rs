@@ -2,7 +2,7 @@
 //! over QUIC (the client's first hop and the relays' links, chosen from
 //! the EXTEND2 hint), a 20 MiB download checked end to end, fallback to
 //! TLS when the QUIC path is dead, refusal of the wrong identity,
-//! garbage datagrams, certificate rotation on the QUIC endpoint, and an
+//! garbage datagrams, a broken link handshake closed with PROTOCOL, certificate rotation on the QUIC endpoint, and an
 //! EXTEND2 hint followed only for a relay the directory lists at the
 //! hint's address.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: failures should panic
@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use onionmix_link::quic::codes;
 use onionmix_link::{QuicLimits, QuicTransport, TlsTransport};
 use onionmix_node::client::chanmgr::ChanMgr;
 use onionmix_node::client::circuit::{self, HopTarget};
@@ -176,6 +177,26 @@ async fn wrong_identity_and_garbage_leave_the_relay_serving() {
         .expect("circuit after garbage");
     assert_eq!(link_transport(&a, Some(_b.rsa_id)).as_deref(), Some("quic"));
     bulk(&circ, target, 256 << 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_link_handshake_is_closed_with_protocol() {
+    use tokio::io::AsyncWriteExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_b, hop_b) = quic_relay(tmp.path(), "b", false).await;
+    let to = SocketAddr::new(hop_b.or_addr.ip(), hop_b.quic_port.unwrap());
+    let t = QuicTransport::client("127.0.0.1:0".parse().unwrap(), QuicLimits::default()).unwrap();
+    let (link, mut ctrl, _info) = tokio::time::timeout(LONG, t.connect(to))
+        .await
+        .unwrap()
+        .unwrap();
+    // VERSIONS offering link protocols 1 and 2 only: no common version,
+    // a broken handshake (not a failed authentication).
+    ctrl.write_all(&[0, 0, 7, 0, 4, 0, 1, 0, 2]).await.unwrap();
+    let code = tokio::time::timeout(LONG, link.closed_with_code())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(codes::PROTOCOL));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

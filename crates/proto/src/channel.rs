@@ -106,6 +106,21 @@ pub enum HandshakeError {
     TooLong,
 }
 
+impl HandshakeError {
+    /// Whether the peer failed authentication (its certificates or
+    /// AUTHENTICATE did not check out, it proved another identity, or it
+    /// offers no authentication we can use), as opposed to breaking the
+    /// handshake's protocol (versions, framing, cell order, size).
+    pub fn is_auth_failure(&self) -> bool {
+        matches!(
+            self,
+            HandshakeError::Certs(_)
+                | HandshakeError::IdentityMismatch { .. }
+                | HandshakeError::NoAuthMethod
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     WaitVersions,

@@ -221,7 +221,7 @@ impl ChanMgr {
             match glue::drive_initiator_handshake(&mut conn, hs, HANDSHAKE_TIMEOUT).await {
                 Ok(x) => x,
                 Err(e) => {
-                    conn.fail(onionmix_link::quic::codes::AUTH_FAILED);
+                    conn.fail(e.quic_close_code());
                     return Err(match e {
                         glue::DriveError::Io(e) => ChanError::Link(onionmix_link::LinkError::Io(e)),
                         e => ChanError::Handshake(e.to_string()),

@@ -110,7 +110,7 @@ async fn connect_via(
     let (est, leftover) = match driven {
         Ok(x) => x,
         Err(e) => {
-            conn.fail(onionmix_link::quic::codes::AUTH_FAILED);
+            conn.fail(e.quic_close_code());
             return Err(e.to_string());
         }
     };

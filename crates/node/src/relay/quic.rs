@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use tracing::{debug, info};
 
-use onionmix_link::quic::{QuicIncoming, codes};
+use onionmix_link::quic::QuicIncoming;
 use onionmix_link::tls::AUTH3_EXPORTER_LABEL;
 use onionmix_link::{LinkConn, QuicStream, QuicTransport};
 use onionmix_proto::channel::ResponderHandshake;
@@ -360,33 +360,39 @@ async fn accept_one(ctx: Arc<RelayCtx>, inc: QuicIncoming, peer: SocketAddr, per
         return;
     };
     let my_addrs = vec![ctx.cfg.advertised_ip()];
-    let fut = async {
-        let (link, mut control, _info) = inc
-            .handshake_with(&identity)
-            .await
-            .map_err(|e| format!("QUIC accept failed: {e}"))?;
-        let hs = ResponderHandshake::new(links.id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
-        let l = link.clone();
-        let exporter = move |_: &QuicStream, c: &[u8; 32]| l.export(AUTH3_EXPORTER_LABEL, c).ok();
-        match crate::glue::drive_responder_handshake(
-            &mut control,
-            hs,
-            exporter,
-            LINK_HANDSHAKE_TIMEOUT,
-        )
-        .await
-        {
-            Ok((acc, leftover)) => Ok((acc, leftover, LinkConn::Quic(link, control))),
-            Err(e) => {
-                link.close(codes::AUTH_FAILED);
-                Err(e.to_string())
+    // One deadline for both handshakes. A link handshake that fails or
+    // runs out of time closes the connection with the code its failure
+    // gives (AUTH_FAILED, PROTOCOL), not the NO_ERROR of a dropped handle.
+    let deadline = tokio::time::Instant::now() + LINK_HANDSHAKE_TIMEOUT;
+    let (link, mut control, _info) =
+        match tokio::time::timeout_at(deadline, inc.handshake_with(&identity)).await {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                debug!("inbound QUIC link failed: QUIC accept failed: {e}");
+                return;
             }
+            Err(_) => {
+                debug!("inbound QUIC link handshake timed out");
+                return;
+            }
+        };
+    let hs = ResponderHandshake::new(links.id.as_ref(), now_unix(), my_addrs, Some(peer.ip()));
+    let l = link.clone();
+    let exporter = move |_: &QuicStream, c: &[u8; 32]| l.export(AUTH3_EXPORTER_LABEL, c).ok();
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    match crate::glue::drive_responder_handshake(&mut control, hs, exporter, left).await {
+        Ok((acc, leftover)) => start_accepted(
+            &ctx,
+            acc,
+            leftover,
+            LinkConn::Quic(link, control),
+            peer,
+            permit,
+        ),
+        Err(e) => {
+            debug!("inbound QUIC link failed: {e}");
+            link.close(e.quic_close_code());
         }
-    };
-    match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, fut).await {
-        Ok(Ok((acc, leftover, conn))) => start_accepted(&ctx, acc, leftover, conn, peer, permit),
-        Ok(Err(e)) => debug!("inbound QUIC link failed: {e}"),
-        Err(_) => debug!("inbound QUIC link handshake timed out"),
     }
 }
 
