@@ -1,5 +1,6 @@
 //! Configured one-way delay D gives a TCP RTT of 2D (+ the emulator's own
-//! baseline) within ±10%, for D in {5, 20, 40, 100} ms; jitter stays inside
+//! baseline) within 10% + 1 ms (the fastest sample; never below 2D), for
+//! D in {5, 20, 40, 100} ms; jitter stays inside
 //! its bound; the host endpoint reaches nodes unimpaired. Needs root.
 
 mod common_net;
@@ -75,13 +76,20 @@ fn emu_delay_gives_rtt_2d_within_10_percent() {
             r.connect_us,
             err * 100.0
         );
-        // End to end, the median is 2D (+ the idle baseline) within 10%,
-        // with 2 ms of room for scheduling noise at the two probe
-        // processes (a median, so a few late wake-ups do not move it); the
-        // emulator's own record (below) is exact.
+        // End to end, the fastest round trip is 2D (+ the idle baseline's
+        // fastest) within 10% + 1 ms: one undisturbed sample is enough, so
+        // a busy machine's late wake-ups cannot fail it, while a wrong
+        // delay (say, doubled) still does. The median only gets a gross
+        // upper bound (10 ms of room for scheduling noise at the two probe
+        // processes); the emulator's own record (below) is exact.
+        let base_min = base.samples_us.iter().min().copied().unwrap_or(0) as f64;
         assert!(
-            (med - base_med - want).abs() <= 0.10 * want + 2000.0,
-            "D={d}: RTT {med} us vs 2D={want} us + baseline {base_med}"
+            min as f64 - base_min <= 1.10 * want + 1000.0,
+            "D={d}: fastest RTT {min} us vs 2D={want} us + baseline's fastest {base_min}"
+        );
+        assert!(
+            med - base_med <= 1.10 * want + 10_000.0,
+            "D={d}: median RTT {med} us vs 2D={want} us + baseline {base_med}"
         );
         // Nothing is faster than the emulator allows: a lower bound no busy
         // machine can break.

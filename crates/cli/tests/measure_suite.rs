@@ -110,7 +110,7 @@ fn every_workload_on_a_stock_tor_testnet() {
         ("session", "runs = 2\nhttps = true\n"),
         (
             "goodput",
-            "runs = 2\nduration_secs = 2\nwarmup_secs = 0.5\nstreams = [1, 3]\n",
+            "runs = 2\nduration_secs = 2\nwarmup_secs = 2\nstreams = [1, 3]\n",
         ),
         ("reliability", "runs = 3\ninterval_ms = 100\nparallel = 3\n"),
         ("access", "runs = 2\n"),

@@ -109,9 +109,13 @@ fn onion_and_exit_names_never_leave_the_client() {
             assert_eq!(code, 91, "SOCKS4a CONNECT {name}");
             let (code, _, _) = socks4(proxy, 0xF0, [0, 0, 0, 1], Some(name), 0).await;
             assert_eq!(code, 91, "SOCKS4a RESOLVE {name}");
-            // Answered locally: no circuit, no exit, no stream timeout.
+            // Answered locally: no circuit, no exit, no stream timeout. The
+            // well-formed onion address asks HSDirs over fresh circuits
+            // (after the first time its failure is cached), so it gets more
+            // room on a busy machine.
+            let bound = Duration::from_secs(if name == ONION { 60 } else { 10 });
             assert!(
-                t0.elapsed() < Duration::from_secs(10),
+                t0.elapsed() < bound,
                 "{name}: answered after {:?}",
                 t0.elapsed()
             );

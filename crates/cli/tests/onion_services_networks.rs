@@ -128,7 +128,7 @@ fn onion_workloads(dir: &Path, info: &NetworkInfo) {
         // Seed 001's three access cases per client and run: a fresh client
         // process, a new rendezvous circuit with the descriptor cached,
         // the same circuit again.
-        let r = measure_onion(dir, name, "access", "runs = 2\n");
+        let r = measure_onion(dir, name, "access", "runs = 2\ntimeout_secs = 180\n");
         for kind in ["fresh-client", "new-circuit", "reused-circuit"] {
             assert_eq!(
                 per_client(&r, kind, &clients),

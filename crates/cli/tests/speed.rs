@@ -244,7 +244,16 @@ async fn fresh_isolation_takes_a_prebuilt_circuit() {
     // Dormant (SIGNAL DORMANT): nothing is built ahead of need. Builds
     // already under way finish first.
     mgr.set_dormant(true);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Wait for them (not a fixed time: a build can take seconds on a busy
+    // machine); twice, in case a round that began before the switch
+    // launched one more.
+    for _ in 0..2 {
+        wait_until("pre-builds under way finish", 60, || {
+            mgr.pending_preemptive() == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let before = c.preemptive.load(Ordering::Relaxed);
     mgr.newnym(&[exit_id].into_iter().collect());
     assert_eq!(mgr.clean_circuits(), 0);

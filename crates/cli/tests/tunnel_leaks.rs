@@ -240,6 +240,9 @@ fn nothing_leaves_the_namespace_but_through_the_client() {
             "-sS",
             "--max-time",
             "240",
+            // Slow enough that the rest cannot arrive before the kill.
+            "--limit-rate",
+            "2M",
             "-o",
         ])
         .arg(&body)

@@ -117,7 +117,8 @@ async fn fake_tor(l: tokio::net::TcpListener, first: String, second: String, hol
     s.write_all(first.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(30)).await;
     s.write_all(second.as_bytes()).await.unwrap();
-    tokio::time::sleep(hold).await;
+    // Hold the connection for `hold`, or until the watcher hangs up.
+    let _ = tokio::time::timeout(hold, s.read(&mut b)).await;
 }
 
 #[test]
@@ -242,12 +243,12 @@ async fn watch_against_a_fake_control_port() {
          650 CIRC 6 BUILT $A~a BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL,NEED_CAPACITY PURPOSE=GENERAL\r\n\
          650 CIRC 1 BUILT $A~a,$B~b,$D~d PURPOSE=GENERAL\r\n"
     );
-    let server = tokio::spawn(fake_tor(l, first, second, Duration::from_secs(2)));
+    let server = tokio::spawn(fake_tor(l, first, second, Duration::from_secs(60)));
     let w = watch_circuits(addr, &cookie_path, Duration::from_secs(5))
         .await
         .unwrap();
     // The fake sends everything within ~30 ms and then holds the
-    // connection for 2 s; give a loaded machine most of that.
+    // connection until the watcher hangs up (60 s at most).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let seen = w.finish().await;
     assert!(seen.ended_early.is_none(), "{seen:?}");
@@ -334,7 +335,13 @@ async fn signal_newnym_authenticates_and_checks_the_answer() {
 /// `fail_builds` builds (as stock tor's circuit build timeout does), then
 /// builds the circuit, announces a stream and takes it back at the end:
 /// the commands `pin_streams` sent, in order.
-async fn fake_pinning_port(l: tokio::net::TcpListener, fail_builds: usize) -> Vec<String> {
+/// A control port that makes `pin_streams` wait; `attaches` counts the
+/// ATTACHSTREAM commands it has answered.
+async fn fake_pinning_port(
+    l: tokio::net::TcpListener,
+    fail_builds: usize,
+    attaches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<String> {
     let (s, _) = l.accept().await.unwrap();
     let (rd, mut wr) = s.into_split();
     let mut rd = BufReader::new(rd);
@@ -378,11 +385,15 @@ async fn fake_pinning_port(l: tokio::net::TcpListener, fail_builds: usize) -> Ve
         } else {
             "250 OK\r\n".to_string()
         };
+        let attach = q.starts_with("ATTACHSTREAM");
         if !q.starts_with("AUTHENTICATE") {
             seen.push(q);
         }
         // The client may close without reading the last answers.
         let _ = wr.write_all(answer.as_bytes()).await;
+        if attach {
+            attaches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 
@@ -393,7 +404,8 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
     std::fs::write(&cookie, [7u8; 32]).unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let server = tokio::spawn(fake_pinning_port(l, 2));
+    let attaches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = tokio::spawn(fake_pinning_port(l, 2, attaches.clone()));
     let path = ["$AA".to_string(), "$BB".to_string()];
     let pinned = pin_streams(addr, &cookie, &path, Duration::from_secs(20))
         .await
@@ -402,7 +414,13 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
     // The streams announced after SETCONF get attached, each once (a
     // second ATTACHSTREAM would detach stream 4 again), stream 5 again
     // after its first attach was refused.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Wait for all three attaches (not a fixed time: a busy machine may
+    // not run this runtime's tasks for a while).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while attaches.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(std::time::Instant::now() < deadline, "three attaches");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(pinned.finish().await, Ok(2));
     let seen = server.await.unwrap();
     assert_eq!(
@@ -427,7 +445,11 @@ async fn pin_streams_waits_for_a_relay_the_client_does_not_know_yet() {
     // PIN_BUILD_ATTEMPTS builds, naming the failures.
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let server = tokio::spawn(fake_pinning_port(l, 100));
+    let server = tokio::spawn(fake_pinning_port(
+        l,
+        100,
+        std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    ));
     let err = pin_streams(addr, &cookie, &path, Duration::from_secs(20))
         .await
         .err()
