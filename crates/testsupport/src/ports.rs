@@ -6,8 +6,8 @@
 //! at once (two tests of one binary, two `testnet start`s) used to draw the
 //! same port now and then. So ports come from blocks: a process locks a
 //! block of [`BLOCK`] ports host-wide (an advisory lock on a file in
-//! [`lock_dir`], held until the process exits) and hands its ports out once
-//! each. Ports are below Linux's ephemeral range (32768+), so outgoing
+//! [`lock_dir`], held until the process exits, also once the block is used
+//! up) and hands its ports out once each. Ports are below Linux's ephemeral range (32768+), so outgoing
 //! connections never take them between allocation and use.
 
 use std::collections::HashSet;
@@ -23,7 +23,7 @@ pub const PORT_RANGE: Range<u16> = 20000..32000;
 pub const BLOCK: u16 = 50;
 
 struct Block {
-    _lock: File,
+    lock: File,
     next: u16,
     end: u16,
 }
@@ -31,6 +31,10 @@ struct Block {
 #[derive(Default)]
 struct Alloc {
     block: Option<Block>,
+    /// Locks of blocks whose ports are all handed out, kept until the
+    /// process exits: a port handed out but not bound yet (or free while
+    /// its node restarts) must not go to another process.
+    used: Vec<File>,
     tried: HashSet<u16>,
     handed: HashSet<u16>,
 }
@@ -72,7 +76,7 @@ fn new_block(a: &mut Alloc) -> Option<Block> {
         if let Some(lock) = lock_block(i) {
             let start = PORT_RANGE.start + i * BLOCK;
             return Some(Block {
-                _lock: lock,
+                lock,
                 next: start,
                 end: start + BLOCK,
             });
@@ -102,7 +106,9 @@ pub fn free_port(ip: &str) -> io::Result<u16> {
                 return Ok(p);
             }
         }
-        a.block = None;
+        if let Some(done) = a.block.take() {
+            a.used.push(done.lock);
+        }
     }
     // Every block is taken (or the lock directory is unusable): fall back to
     // random ports, still never handing one out twice in this process.
@@ -130,6 +136,23 @@ mod tests {
             assert!(PORT_RANGE.contains(&p));
             assert!(seen.insert(p), "port {p} handed out twice");
         }
+    }
+
+    #[test]
+    fn a_block_stays_locked_after_its_ports_are_handed_out() {
+        let first = free_port("127.0.0.1").expect("a port");
+        // Enough ports to use up the first port's block whatever else
+        // this process allocates meanwhile.
+        for _ in 0..2 * BLOCK {
+            free_port("127.0.0.1").expect("a port");
+        }
+        let index = (first - PORT_RANGE.start) / BLOCK;
+        // flock conflicts between two opens of one file, even in one
+        // process: a lock we still hold makes this one fail.
+        assert!(
+            lock_block(index).is_none(),
+            "block {index} was unlocked once its ports were handed out"
+        );
     }
 
     #[test]
