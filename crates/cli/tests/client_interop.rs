@@ -92,10 +92,8 @@ fn onionmix_client_over_stock_tor_network() {
 
         // A closed port: the same SOCKS error as the stock client gives,
         // within a bounded time.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let (_held, closed) =
+            onionmix_testsupport::ports::closed_port("127.0.0.1".parse().unwrap()).unwrap();
         let mut codes = Vec::new();
         for proxy in [ours, stock] {
             let t0 = Instant::now();

@@ -271,9 +271,8 @@ fn tunnel_fails_closed_without_a_client() {
         return;
     }
     // A port nobody listens on stands for the killed client's SOCKS port.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let socks = dead.local_addr().unwrap();
-    drop(dead);
+    let (_dead, socks) =
+        onionmix_testsupport::ports::closed_port("127.0.0.1".parse().unwrap()).unwrap();
     // The host's own address (else loopback), with a listener on it.
     let out = Command::new("ip")
         .args(["-4", "-o", "addr", "show", "scope", "global"])

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpListener;
 
 use onionmix_cell::relay::end_reason;
 use onionmix_link::TlsTransport;
@@ -70,11 +69,8 @@ async fn client_through_three_onionmix_relays() {
     bulk(&circ, target, 5 * 1024 * 1024).await;
 
     // Closed port: END CONNECTREFUSED.
-    let closed = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_held, closed) =
+        onionmix_testsupport::ports::closed_port("127.0.0.1".parse().unwrap()).unwrap();
     let err = try_open(&circ, closed).await.unwrap_err();
     assert_eq!(err, StreamError::End(end_reason::CONNECTREFUSED));
 

@@ -124,6 +124,22 @@ pub fn free_port(ip: &str) -> io::Result<u16> {
     Err(io::Error::other("no free port in the node port range"))
 }
 
+/// A TCP address on `ip` that refuses connections for as long as the
+/// returned socket lives: bound (so nothing else can take the port) but
+/// never listening (so a connect gets a reset). Tests use it for "a closed
+/// port"; a port bound and dropped again may be taken meanwhile.
+pub fn closed_port(ip: std::net::IpAddr) -> io::Result<(socket2::Socket, std::net::SocketAddr)> {
+    use socket2::{Domain, Socket, Type};
+    let addr = std::net::SocketAddr::new(ip, 0);
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.bind(&addr.into())?;
+    let bound = s
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("not an IP socket"))?;
+    Ok((s, bound))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +152,16 @@ mod tests {
             assert!(PORT_RANGE.contains(&p));
             assert!(seen.insert(p), "port {p} handed out twice");
         }
+    }
+
+    #[test]
+    fn a_closed_port_refuses_connections_while_held() {
+        let (held, addr) = closed_port("127.0.0.1".parse().unwrap()).expect("bound");
+        let e = std::net::TcpStream::connect(addr).expect_err("nobody listens");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+        // The port stays taken.
+        assert!(std::net::TcpListener::bind(addr).is_err());
+        drop(held);
     }
 
     #[test]
